@@ -1,0 +1,317 @@
+"""The agent interface every adapter implements, and the registry that builds adapters by name.
+
+An adapter knows three things about one coding-agent CLI: how to spawn it (`argv`, `env`,
+`prompt_via`), how to show its output live (`display`), and how to read its output once it
+has exited (`parse`). It never spawns anything itself: `orchestrator.runner` does that, so
+only the runner knows about ptys and process groups.
+
+Settings come from ralph.yaml's `agents.<name>` entry (see `orchestrator.config`): `command`
+(the executable, a string or argv list), `model`, `args` (extra arguments), `env` (extra
+environment) and `prompt` (delivery: stdin | file | argument). Any of them may be missing:
+`settings` may be None, a dict or the pydantic model.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import shlex
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+from orchestrator.errors import AgentNotFound, ConfigError
+from orchestrator.limits import LimitSignal, detect
+
+PromptVia = Literal["stdin", "file", "argument"]
+PROMPT_VIAS: tuple[str, ...] = ("stdin", "file", "argument")
+
+# Built-in adapters: module `orchestrator.agents.<name>` exposes `create(settings) -> Agent`.
+BUILTIN = ("claude", "amp", "codex", "gemini", "opencode", "command", "sim")
+
+
+@dataclass
+class Usage:
+    """Tokens of one agent invocation. `input_tokens` excludes cached tokens (Anthropic style)."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+
+    @property
+    def prompt_tokens(self) -> int:
+        """Every token the model read: fresh input + cache writes + cache reads."""
+        return self.input_tokens + self.cache_read_tokens + self.cache_write_tokens
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.output_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.cache_read_tokens + other.cache_read_tokens,
+            self.cache_write_tokens + other.cache_write_tokens,
+        )
+
+    def to_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+@dataclass
+class AgentResult:
+    """What one agent run produced, read from its output after it exited.
+
+    `final_message` is the agent's last message (the only place the loop looks for the
+    `<promise>COMPLETE</promise>` sentinel: prompts are often echoed in plain output).
+    `limit` is set when the output carries a usage/rate-limit signal (see `limits.detect`).
+    """
+
+    final_message: str | None = None
+    usage: Usage | None = None
+    cost_usd: float | None = None
+    is_error: bool = False
+    error: str | None = None
+    limit: LimitSignal | None = None
+    num_turns: int | None = None
+    model: str | None = None
+    exit_code: int | None = None
+    http_status: int | None = None  # e.g. Claude's api_error_status (429, 529 ...)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "final_message": self.final_message,
+            "usage": self.usage.to_dict() if self.usage else None,
+            "cost_usd": self.cost_usd,
+            "is_error": self.is_error,
+            "error": self.error,
+            "limit": self.limit.to_dict() if self.limit else None,
+            "num_turns": self.num_turns,
+            "model": self.model,
+            "exit_code": self.exit_code,
+            "http_status": self.http_status,
+        }
+
+
+@dataclass
+class AgentSettings:
+    """ralph.yaml's `agents.<name>` entry, normalised (all fields optional)."""
+
+    command: list[str] | None = None
+    model: str | None = None
+    args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    prompt: str | None = None  # stdin | file | argument; None = the adapter's default
+
+    @classmethod
+    def coerce(cls, settings: Any, name: str = "agent") -> AgentSettings:
+        """Accept None, a dict, a pydantic model or an AgentSettings."""
+        if settings is None:
+            return cls()
+        if isinstance(settings, AgentSettings):
+            return settings
+        if hasattr(settings, "model_dump"):
+            settings = settings.model_dump()
+        if not isinstance(settings, dict):
+            raise ConfigError(
+                f"ralph.yaml: agents.{name} must be a mapping "
+                f"(command, model, args, env, prompt), got {type(settings).__name__}"
+            )
+        command = settings.get("command")
+        if isinstance(command, str):
+            # A string command is split like a shell would split words, but never run by one.
+            command = shlex.split(command)
+        args = settings.get("args") or []
+        if isinstance(args, str):
+            args = shlex.split(args)
+        prompt = settings.get("prompt")
+        if prompt is not None and prompt not in PROMPT_VIAS:
+            raise ConfigError(
+                f"ralph.yaml: agents.{name}.prompt is {prompt!r}: "
+                f"use one of {', '.join(PROMPT_VIAS)}"
+            )
+        env = {str(k): str(v) for k, v in (settings.get("env") or {}).items()}
+        return cls(
+            command=[str(c) for c in command] if command else None,
+            model=settings.get("model") or None,
+            args=[str(a) for a in args],
+            env=env,
+            prompt=prompt,
+        )
+
+
+class Agent:
+    """Base adapter. Subclasses set the class attributes and override `build_argv`/`parse`.
+
+    Capability flags:
+      prompt_via     how the prompt reaches the CLI: "stdin" (the runner redirects the prompt
+                     file to fd 0, then EOF), "file" (its path is in argv) or "argument"
+                     (its text is in argv; limited to ~128 KiB by Linux).
+      stream_json    output is JSON lines (else plain text).
+      reports_usage  `parse` can fill `usage` from the output.
+      reports_cost   `parse` can fill `cost_usd` from the output.
+    """
+
+    name: ClassVar[str] = "agent"
+    binary: ClassVar[str] = "agent"  # default argv[0]; `agents.<name>.command` overrides
+    default_prompt_via: ClassVar[PromptVia] = "stdin"
+    stream_json: ClassVar[bool] = True
+    reports_usage: ClassVar[bool] = True
+    reports_cost: ClassVar[bool] = False
+
+    def __init__(self, settings: Any = None) -> None:
+        self.settings = AgentSettings.coerce(settings, self.name)
+        self.model: str | None = self.settings.model
+        self.prompt_via: PromptVia = self.settings.prompt or self.default_prompt_via  # type: ignore[assignment]
+
+    # ---- spawning -------------------------------------------------------------------------
+    def command(self) -> list[str]:
+        """The executable (and any fixed leading words), before the adapter's flags."""
+        return list(self.settings.command or [self.binary])
+
+    def build_argv(self, prompt_file: Path) -> list[str]:
+        """Subclasses: the full argv for one run (command() + flags + settings.args)."""
+        return self.command() + self.settings.args
+
+    def argv(self, prompt_file: Path) -> list[str]:
+        return self.build_argv(Path(prompt_file))
+
+    def stdin_file(self, prompt_file: Path) -> Path | None:
+        """The file the runner redirects to the agent's stdin (None: /dev/null)."""
+        return Path(prompt_file) if self.prompt_via == "stdin" else None
+
+    def env(self) -> dict[str, str]:
+        """Variables to ADD to the inherited environment (the runner overlays them)."""
+        return dict(self.settings.env)
+
+    def check_available(self, prompt_file: Path | None = None) -> str:
+        """Return the resolved executable path, or raise AgentNotFound naming the fix."""
+        exe = self.command()[0]
+        found = shutil.which(exe)
+        if not found:
+            raise AgentNotFound(
+                f"agent '{self.name}' not found on PATH: install it or set "
+                f"agents.{self.name}.command in ralph.yaml"
+            )
+        return found
+
+    # ---- reading output -------------------------------------------------------------------
+    def display(self, line: str) -> str | None:
+        """A readable line for live output, or None to show nothing for this line."""
+        text = line.strip()
+        return text or None
+
+    def parse(self, output: str, exit_code: int | None) -> AgentResult:
+        """Read the whole output; fill usage/cost/final message/errors and any limit signal."""
+        result = self.parse_output(output, exit_code)
+        result.exit_code = exit_code
+        if exit_code not in (0, None) and not result.is_error:
+            result.is_error = True
+            result.error = result.error or f"{self.name} exited with code {exit_code}"
+        if result.limit is None:
+            result.limit = detect(self.limit_text(output, result), result=result)
+        return result
+
+    def parse_output(self, output: str, exit_code: int | None) -> AgentResult:
+        """Subclasses: the adapter-specific reading of the output."""
+        return AgentResult(final_message=tail(output))
+
+    def limit_text(self, output: str, result: AgentResult) -> str:
+        """The text searched for limit signals: errors, an errored final message, and the
+        plain (non-JSON) lines of the last part of the output, where CLIs print fatal errors.
+        The prompt itself is never searched (a story may well mention rate limits)."""
+        parts = [result.error or ""]
+        if result.is_error and result.final_message:
+            parts.append(result.final_message)
+        lines = output.splitlines()
+        parts.extend(ln for ln in lines[-30:] if not ln.lstrip().startswith("{"))
+        parts.extend(ln for ln in lines if '"rate_limit_event"' in ln)
+        return "\n".join(p for p in parts if p)
+
+
+def tail(text: str, limit: int = 2000) -> str:
+    """The last `limit` characters of text (whole text when shorter), stripped."""
+    text = text.strip()
+    return text[-limit:] if len(text) > limit else text
+
+
+def json_events(output: str) -> list[dict[str, Any]]:
+    """Every JSON object line in output; other lines (stderr, banners) are skipped."""
+    events: list[dict[str, Any]] = []
+    for raw in output.splitlines():
+        line = raw.strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(obj, dict):
+            events.append(obj)
+    return events
+
+
+def parse_json_line(line: str) -> dict[str, Any] | None:
+    line = line.strip()
+    if not line.startswith("{"):
+        return None
+    try:
+        obj = json.loads(line)
+    except ValueError:
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+def short(text: str, limit: int = 100) -> str:
+    """One line, at most `limit` characters (for live display)."""
+    one = " ".join(str(text).split())
+    return one if len(one) <= limit else one[: limit - 1] + "…"
+
+
+# ---- registry -----------------------------------------------------------------------------
+def available() -> list[str]:
+    """Names of the adapters that can be built (built-ins whose module is importable)."""
+    names = []
+    for name in BUILTIN:
+        try:
+            importlib.import_module(f"orchestrator.agents.{name}")
+        except ImportError:
+            continue
+        names.append(name)
+    return names
+
+
+def get_agent(name: str, settings: Any = None, *, check: bool = True) -> Agent:
+    """Build the adapter `name` from its ralph.yaml settings.
+
+    A name that is not built in but has `agents.<name>.command` in ralph.yaml becomes a
+    generic `command` agent under that name. With `check`, a missing executable raises
+    AgentNotFound (so `ralph run` fails before the first iteration, not in it).
+    """
+    module_name = name if name in BUILTIN else None
+    if module_name is None:
+        if AgentSettings.coerce(settings, name).command:
+            module_name = "command"
+        else:
+            raise ConfigError(
+                f"unknown agent {name!r} (tool in ralph.yaml or --tool): use one of "
+                f"{', '.join(BUILTIN)}, or set agents.{name}.command in ralph.yaml"
+            )
+    try:
+        module = importlib.import_module(f"orchestrator.agents.{module_name}")
+    except ImportError as exc:
+        raise ConfigError(f"agent {name!r} is not available in this install: {exc}") from exc
+    agent: Agent = module.create(settings)
+    if module_name == "command" and name != "command":
+        agent.name = name  # type: ignore[misc]  # instance name for messages and the ledger
+    if check:
+        agent.check_available()
+    return agent
+
+
+def is_root() -> bool:
+    return hasattr(os, "geteuid") and os.geteuid() == 0
