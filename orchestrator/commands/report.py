@@ -1,18 +1,31 @@
-"""`ralph report` (placeholder until its owner lands it)."""
+"""`ralph report LEDGER...`: the A/B report and chart from existing ledgers."""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
-from orchestrator.cli import add_common
-from orchestrator.errors import FatalError
+from orchestrator import report
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("report", help="(not yet available)")
-    add_common(p)
+    p = sub.add_parser(
+        "report",
+        help="render the comparison report and chart from existing ledgers",
+        description="Each LEDGER is a ledger.jsonl (its last run is used; NAME=PATH names the "
+        "arm). With two ledgers the first one's saving against the second is shown.",
+    )
+    p.add_argument("ledgers", nargs="+", metavar="LEDGER", help="[NAME=]path/to/ledger.jsonl")
+    p.add_argument("--out", type=Path, default=Path("."), help="output folder (default: .)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    raise FatalError("'ralph report' is not available yet")
+    arms = []
+    for spec in args.ledgers:
+        name, _, path = spec.rpartition("=")
+        arms.append(report.load_arm(Path(path), name=name or None))
+    paths = report.write_report(arms, args.out, stem="ab")
+    print(report.console_table(report.compare(arms)), end="")
+    print(f"report: {paths['markdown']}\nchart:  {paths['chart']}")
+    return 0

@@ -1,0 +1,231 @@
+"""A/B: the same project, agent and stories run twice, once with indexed memory, once with the
+full history, in isolated copies; then one report from the two ledgers.
+
+Isolation: each arm is a local `git clone` of the project (or a plain copy outside git) in the
+output folder, overlaid with the working copy's uncommitted changes so both arms start from the
+same files as the user sees them. Clones rather than worktrees because a Ralph agent checks out
+`branchName`, and one branch cannot be checked out in two worktrees; clones also leave nothing
+registered in the user's repository, so an interrupted A/B leaves nothing stray behind.
+Each arm is a real `ralph run` process; the user's working copy is never written.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from orchestrator import report
+from orchestrator.errors import FatalError
+
+ARMS = ("indexed", "full")
+
+
+@dataclass
+class AbOptions:
+    out_dir: Path
+    tool: str | None = None
+    max_iterations: int | None = None
+    parallel: bool = False
+    keep_workspaces: bool = False
+    extra_args: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ArmRun:
+    name: str
+    workspace: Path
+    ledger: Path
+    log: Path
+    process: subprocess.Popen[bytes] | None = None
+    exit_code: int | None = None
+
+
+def _git(args: list[str], cwd: Path) -> str:
+    out = subprocess.run(
+        ["git", *args], cwd=cwd, check=True, capture_output=True, text=True, errors="replace"
+    )
+    return out.stdout
+
+
+def _is_git(root: Path) -> bool:
+    return (root / ".git").exists()
+
+
+def _overlay_uncommitted(root: Path, dest: Path) -> None:
+    """Copy the working copy's modified and untracked (not ignored) files into the clone."""
+    status = _git(["status", "--porcelain", "-z", "--untracked-files=all"], root)
+    entries = status.split("\0")
+    i = 0
+    while i < len(entries):
+        entry = entries[i]
+        i += 1
+        if len(entry) < 4:
+            continue
+        code, path = entry[:2], entry[3:]
+        if code.startswith("R"):
+            i += 1  # a rename is followed by its old path
+        src, dst = root / path, dest / path
+        if src.is_file():
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dst)
+        elif not src.exists() and dst.exists():
+            dst.unlink()
+    if _git(["status", "--porcelain"], dest).strip():
+        _git(["add", "-A"], dest)
+        env_args = ["-c", "user.name=ralph-ab", "-c", "user.email=ralph-ab@localhost"]
+        subprocess.run(
+            ["git", *env_args, "commit", "-q", "-m", "ab: start from the working copy"],
+            cwd=dest,
+            check=True,
+            capture_output=True,
+        )
+
+
+def make_workspace(root: Path, dest: Path, logs_rel: str) -> None:
+    """An isolated copy of the project at `dest`, without our own logs."""
+    if dest.exists():
+        raise FatalError(f"{dest} already exists: choose another --out folder")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    if _is_git(root):
+        subprocess.run(
+            ["git", "clone", "--quiet", "--no-hardlinks", str(root), str(dest)],
+            check=True,
+            capture_output=True,
+        )
+        _overlay_uncommitted(root, dest)
+    else:
+        ignore = shutil.ignore_patterns(Path(logs_rel).name, ".venv", "node_modules")
+        shutil.copytree(root, dest, ignore=ignore, symlinks=True)
+
+
+def _arm_argv(name: str, ralph_dir_rel: str, opts: AbOptions) -> list[str]:
+    argv = [sys.executable, "-m", "orchestrator", "run", "--mode", name, "--dir", ralph_dir_rel]
+    if opts.tool:
+        argv += ["--tool", opts.tool]
+    argv += opts.extra_args
+    if opts.max_iterations is not None:
+        argv.append(str(opts.max_iterations))
+    return argv
+
+
+def _progress(arm: ArmRun) -> str:
+    if not arm.ledger.is_file():
+        return f"{arm.name}: starting"
+    try:
+        rows = [r for r in report.read_records(arm.ledger) if r.get("event") == "iteration"]
+    except FatalError:
+        return f"{arm.name}: ?"
+    passed = sum(1 for r in rows if r.get("outcome") == "passed")
+    state = "done" if arm.exit_code is not None else "running"
+    return f"{arm.name}: {len(rows)} iterations, {passed} stories passed ({state})"
+
+
+def _start(arm: ArmRun, argv: list[str]) -> None:
+    arm.log.parent.mkdir(parents=True, exist_ok=True)
+    log = arm.log.open("wb")
+    env = dict(os.environ, RALPH_AB_ARM=arm.name)
+    # Own session: the arm is signalled as a group by us, not by a stray terminal Ctrl-C.
+    arm.process = subprocess.Popen(
+        argv,
+        cwd=arm.workspace,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    log.close()
+
+
+def _wait(arms: list[ArmRun], on_status: Callable[[str], None], poll: float = 0.5) -> None:
+    last = ""
+    while True:
+        for arm in arms:
+            if arm.process and arm.exit_code is None:
+                arm.exit_code = arm.process.poll()
+        line = " · ".join(_progress(a) for a in arms)
+        if line != last:
+            on_status(line)
+            last = line
+        if all(a.exit_code is not None for a in arms if a.process):
+            return
+        time.sleep(poll)
+
+
+def _stop(arms: list[ArmRun]) -> None:
+    """End running arms: SIGINT first (they record the iteration as interrupted), then KILL."""
+    for arm in arms:
+        if arm.process and arm.process.poll() is None:
+            os.killpg(arm.process.pid, signal.SIGINT)
+    deadline = time.monotonic() + 10
+    for arm in arms:
+        if not arm.process:
+            continue
+        try:
+            arm.process.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            os.killpg(arm.process.pid, signal.SIGKILL)
+            arm.process.wait()
+
+
+def run_ab(
+    root: Path,
+    ralph_dir: Path,
+    logs_rel: str,
+    opts: AbOptions,
+    on_status: Callable[[str], None] = print,
+) -> dict[str, Path]:
+    """Run both arms and write the report; returns the report's paths."""
+    out = opts.out_dir.resolve()
+    work = out / "work"
+    ralph_dir_rel = os.path.relpath(ralph_dir, root)
+    arms = [
+        ArmRun(
+            name=name,
+            workspace=work / name,
+            ledger=work / name / logs_rel / "ledger.jsonl",
+            log=out / name / "run.log",
+        )
+        for name in ARMS
+    ]
+    try:
+        for arm in arms:
+            make_workspace(root, arm.workspace, logs_rel)
+        batches = [arms] if opts.parallel else [[a] for a in arms]
+        for batch in batches:
+            for arm in batch:
+                _start(arm, _arm_argv(arm.name, ralph_dir_rel, opts))
+            _wait(batch, on_status)
+        for arm in arms:
+            _collect(arm, out / arm.name, logs_rel)
+        loaded = [report.load_arm(out / a.name / "ledger.jsonl", name=a.name) for a in arms]
+        paths = report.write_report(loaded, out)
+        paths["exit_codes"] = {a.name: a.exit_code for a in arms}  # type: ignore[assignment]
+        return paths
+    except BaseException:
+        _stop(arms)
+        raise
+    finally:
+        if not opts.keep_workspaces:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def _collect(arm: ArmRun, dest: Path, logs_rel: str) -> None:
+    """Keep each arm's ledger and transcripts beside the report."""
+    logs = arm.workspace / logs_rel
+    dest.mkdir(parents=True, exist_ok=True)
+    if not logs.is_dir():
+        raise FatalError(f"arm '{arm.name}' wrote no ledger (exit {arm.exit_code}); see {arm.log}")
+    shutil.copytree(logs, dest, dirs_exist_ok=True)
+
+
+def default_out_dir(logs_dir: Path) -> Path:
+    return logs_dir / f"ab-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
