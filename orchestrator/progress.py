@@ -1,0 +1,436 @@
+"""The progress.txt model: header, Codebase Patterns, Progress Index and the narrative log.
+
+progress.txt is the user's history and real files vary wildly, so the model is lossless by
+construction: the text is cut into raw segments (the header, then one segment per "## "
+section) and render() is their concatenation. Every change builds a new Progress by
+replacing or adding one segment, so nothing else in the file can move. Structure (entries,
+learnings, index rows) is read from the segments and never written back from a re-rendering.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from orchestrator import fsutil
+
+HEADER = "# Ralph Progress Log\nStarted: {date}\n---\n"
+INDEX_HEADING = "## Progress Index"
+INDEX_TABLE_HEAD = "| Topic | Reference Path |\n|---|---|\n"
+
+_HEADING = re.compile(r"## (?!#)")
+_FENCE = re.compile(r" {0,3}(```|~~~)")
+_PATTERNS = re.compile(r"##\s+codebase patterns\b", re.IGNORECASE)
+_INDEX = re.compile(r"##\s+progress index\s*$", re.IGNORECASE)
+
+
+def new_progress_text(date: str | None = None, with_index: bool = False) -> str:
+    """What ralph.sh writes for a fresh log; `date` defaults to `date`-style local time."""
+    if date is None:
+        date = _dt.datetime.now().astimezone().strftime("%a %b %d %H:%M:%S %Z %Y")
+    text = HEADER.format(date=date)
+    if with_index:
+        text += "\n" + INDEX_HEADING + "\n" + INDEX_TABLE_HEAD
+    return text
+
+
+@dataclass
+class IndexRow:
+    topic: str
+    path: str
+
+
+@dataclass
+class Entry:
+    heading: str
+    story_ids: list[str]
+    date: str | None
+    text: str
+    files_changed: list[str] = field(default_factory=list)
+    learnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Segment:
+    kind: str  # header | patterns | index | entry | other
+    text: str
+
+
+def _lines(text: str) -> list[str]:
+    """Split after each "\\n" only (str.splitlines also splits on \\x0c, \\u2028 ...)."""
+    return re.findall(r"[^\n]*\n|[^\n]+\Z", text)
+
+
+def _split(text: str) -> list[_Segment]:
+    lines = _lines(text)
+    starts: list[int] = []
+    in_fence = False
+    for i, line in enumerate(lines):
+        if _FENCE.match(line):
+            in_fence = not in_fence
+        elif not in_fence and _HEADING.match(line):
+            starts.append(i)
+    segments = [_Segment("header", "".join(lines[: starts[0] if starts else len(lines)]))]
+    for n, start in enumerate(starts):
+        end = starts[n + 1] if n + 1 < len(starts) else len(lines)
+        block = "".join(lines[start:end])
+        segments.append(_Segment(_kind(lines[start]), block))
+    if not any(s.kind == "entry" for s in segments):
+        segments = _split_fallback(segments)
+    return segments
+
+
+def _kind(heading: str) -> str:
+    if _INDEX.match(heading.strip()):
+        return "index"
+    if _PATTERNS.match(heading):
+        return "patterns"
+    return "entry" if looks_like_entry(heading) else "other"
+
+
+def _split_fallback(segments: list[_Segment]) -> list[_Segment]:
+    """Logs without "## " entries ("[date] Story: ..." blocks): cut the header's tail."""
+    head = segments[0]
+    lines = _lines(head.text)
+    starts = fallback_entry_starts(lines)
+    if not starts:
+        return segments
+    out = [_Segment("header", "".join(lines[: starts[0]]))]
+    for n, start in enumerate(starts):
+        end = starts[n + 1] if n + 1 < len(starts) else len(lines)
+        out.append(_Segment("entry", "".join(lines[start:end])))
+    return out + segments[1:]
+
+
+def _escape_cell(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ").strip()
+
+
+def _split_row(line: str) -> list[str] | None:
+    body = line.strip()
+    if not (body.startswith("|") and body.endswith("|")) or len(body) < 2:
+        return None
+    cells, cur, i = [], "", 1
+    while i < len(body) - 1:
+        ch = body[i]
+        if ch == "\\" and i + 1 < len(body) - 1 and body[i + 1] in "|\\":
+            cur += body[i + 1]
+            i += 2
+            continue
+        if ch == "|":
+            cells.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+        i += 1
+    cells.append(cur.strip())
+    return cells
+
+
+def _is_separator(cells: list[str]) -> bool:
+    return all(re.fullmatch(r":?-{1,}:?", c) for c in cells)
+
+
+def _parse_rows(index_text: str) -> list[IndexRow]:
+    rows: list[IndexRow] = []
+    for line in _lines(index_text)[1:]:
+        cells = _split_row(line)
+        if not cells or len(cells) < 2 or _is_separator(cells):
+            continue
+        if cells[0].lower() == "topic" and cells[1].lower().startswith("reference"):
+            continue
+        rows.append(IndexRow(cells[0], cells[1].strip("`")))
+    return rows
+
+
+class Progress:
+    def __init__(self, segments: list[_Segment]) -> None:
+        self._segments = segments
+        self.text = "".join(s.text for s in segments)
+
+    @classmethod
+    def parse(cls, text: str) -> Progress:
+        return cls(_split(text))
+
+    @classmethod
+    def load(cls, path: Path) -> Progress:
+        """A missing file is an empty log (Ralph creates it on first run)."""
+        path = Path(path)
+        return cls.parse(fsutil.read_text(path) if path.exists() else "")
+
+    def render(self) -> str:
+        return self.text
+
+    # -- views -----------------------------------------------------------------------------
+
+    @property
+    def newline(self) -> str:
+        return "\r\n" if "\r\n" in self.text else "\n"
+
+    @property
+    def header(self) -> str:
+        return self._segments[0].text
+
+    @property
+    def codebase_patterns(self) -> str | None:
+        seg = self._first("patterns")
+        if seg is None:
+            return None
+        return "".join(_lines(seg.text)[1:])
+
+    @property
+    def has_index(self) -> bool:
+        return self._first("index") is not None
+
+    @property
+    def index_text(self) -> str:
+        seg = self._first("index")
+        return seg.text if seg else ""
+
+    @property
+    def index_rows(self) -> list[IndexRow]:
+        return _parse_rows(self.index_text)
+
+    @property
+    def entries(self) -> list[Entry]:
+        return [_entry(s.text) for s in self._segments if s.kind == "entry"]
+
+    def _first(self, kind: str) -> _Segment | None:
+        return next((s for s in self._segments if s.kind == kind), None)
+
+    # -- changes (each returns a new Progress; self is unchanged) --------------------------
+
+    def with_index_row(self, topic: str, path: str) -> Progress:
+        """Add the row, or update the path of the row with this topic (case-insensitive)."""
+        nl = self.newline
+        row = f"| {_escape_cell(topic)} | {_escape_cell(path)} |{nl}"
+        seg = self._first("index")
+        if seg is None:
+            return self._insert_index(INDEX_HEADING + nl + INDEX_TABLE_HEAD.replace("\n", nl) + row)
+        lines = _lines(seg.text)
+        key = topic.strip().lower()
+        for i, line in enumerate(lines[1:], start=1):
+            cells = _split_row(line)
+            if cells and len(cells) >= 2 and cells[0].lower() == key:
+                if cells[1].strip("`") == path.strip():
+                    return self
+                lines[i] = row if line.endswith("\n") else row.rstrip("\r\n")
+                return self._replace(seg, "".join(lines))
+        return self._replace(seg, _insert_row(lines, row, nl))
+
+    def without_index_row(self, topic: str) -> Progress:
+        seg = self._first("index")
+        if seg is None:
+            return self
+        key = topic.strip().lower()
+        lines = _lines(seg.text)
+        kept = [line for line in lines if not ((c := _split_row(line)) and c[0].lower() == key)]
+        if len(kept) == len(lines):
+            return self
+        return self._replace(seg, "".join(kept))
+
+    def append_entry(self, block: str) -> Progress:
+        """Append a log block at the very end; earlier bytes are never touched."""
+        nl = self.newline
+        if nl != "\n":
+            block = block.replace("\r\n", "\n").replace("\n", nl)
+        if not block.endswith(nl):
+            block += nl
+        text = self.text
+        prefix = "" if not text or text.endswith("\n") else nl
+        return Progress.parse(text + prefix + block)
+
+    def _replace(self, seg: _Segment, new_text: str) -> Progress:
+        segments = [(_Segment(s.kind, new_text) if s is seg else s) for s in self._segments]
+        return Progress(segments)
+
+    def _insert_index(self, section: str) -> Progress:
+        """A new index goes right after the header block, before everything else."""
+        nl = self.newline
+        header = self._segments[0].text
+        cut = _header_end(header)
+        pre, post = header[:cut], header[cut:]
+        # Keep a blank line between the header and the table, and between it and what follows.
+        if not pre or pre.endswith(nl + nl) or pre.endswith("\n\n"):
+            lead = ""
+        else:
+            lead = nl if pre.endswith("\n") else nl + nl
+        follows = post or "".join(s.text for s in self._segments[1:])
+        tail = nl if follows and not follows.startswith(("\n", "\r\n")) else ""
+        new = [_Segment("header", pre), _Segment("index", lead + section + tail)]
+        if post:
+            new.append(_Segment("other", post))
+        return Progress(new + self._segments[1:])
+
+
+def _header_end(header: str) -> int:
+    """Offset just after the Ralph header block: its "---" line, else its title paragraph."""
+    lines = _lines(header)
+    offset = 0
+    for line in lines[:10]:
+        offset += len(line)
+        if line.strip() == "---":
+            return offset
+    if not lines or not lines[0].startswith("#"):
+        return 0
+    offset = 0
+    for line in lines:
+        if not line.strip():
+            break
+        offset += len(line)
+    return offset
+
+
+def _insert_row(lines: list[str], row: str, nl: str) -> str:
+    """Insert after the last table line of the section (before trailing blank/other lines)."""
+    last = 0
+    for i, line in enumerate(lines):
+        if line.lstrip().startswith("|"):
+            last = i
+    if last == 0:  # heading with no table yet
+        table = INDEX_TABLE_HEAD.replace("\n", nl)
+        first = lines[0] if lines[0].endswith("\n") else lines[0] + nl
+        return first + table + row + "".join(lines[1:])
+    if not lines[last].endswith("\n"):
+        lines[last] += nl
+    return "".join(lines[: last + 1]) + row + "".join(lines[last + 1 :])
+
+
+def _entry(text: str) -> Entry:
+    heading = _lines(text)[0].rstrip("\r\n") if text else ""
+    return Entry(
+        heading=heading,
+        story_ids=extract_story_ids(heading),
+        date=extract_date(heading),
+        text=text,
+        files_changed=extract_files(text),
+        learnings=extract_learnings(text),
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# Reading entries. Headings seen in real logs: "2026-01-13 23:48 - US-001",
+# "US-001: title", "2026-01-30 - T006, T007", "CD-sux - title" (beads), "Iteration 3 - ...",
+# "Session 1: 2026-02-03", "[Sat Jan 10 13:30] - US-001", "TASK-001: title (2026-03-24)".
+
+_ID = re.compile(
+    r"(?<![\w.-])(?:[A-Za-z][A-Za-z0-9]*(?:-[A-Za-z0-9]+)*-\d+[A-Za-z0-9]*(?:\.\d+)*"
+    r"|[A-Z]{1,5}\d{2,}(?:\.\d+)*)(?![\w-])"
+)
+_LEADING_ID = re.compile(r"\s*([A-Za-z][\w.]*(?:-[\w.]+)+)\s*(?:[-–—:]|$)")
+_MONTHS = "Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec"
+_DATE = re.compile(
+    r"\d{4}-\d{2}-\d{2}(?:[ T]\d{1,2}:\d{2}(?::\d{2})?(?: ?[A-Z]{2,5}\b)?)?"
+    rf"|(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun)[a-z]* +(?:{_MONTHS})[a-z]* +\d{{1,2}}"
+    r"(?: +\d{1,2}:\d{2}(?::\d{2})?)?(?: +[A-Z]{2,5})?(?: +\d{4})?"
+)
+_ENTRY_WORD = re.compile(r"\s*\[?\s*(?:iteration|session|story|task)\b", re.IGNORECASE)
+_FALLBACK_START = re.compile(
+    r"(?:[-*] +)?\[(?:\d{4}-\d{2}-\d{2}[^\]]*)\]\s*(?:story|task|feature|us-|[A-Z]+-\d)",
+    re.IGNORECASE,
+)
+
+
+def extract_story_ids(heading: str) -> list[str]:
+    text = re.sub(r"^#+\s*", "", heading)
+    ids = [m.group(0) for m in _ID.finditer(text)]
+    lead = _LEADING_ID.match(text)
+    if lead and not _DATE.match(text) and lead.group(1) not in ids:
+        ids.insert(0, lead.group(1))
+    return list(dict.fromkeys(ids))
+
+
+def extract_date(heading: str) -> str | None:
+    m = _DATE.search(heading)
+    return m.group(0) if m else None
+
+
+def looks_like_entry(heading: str) -> bool:
+    text = re.sub(r"^#+\s*", "", heading)
+    return bool(extract_story_ids(text) or _DATE.search(text) or _ENTRY_WORD.match(text))
+
+
+def fallback_entry_starts(lines: list[str]) -> list[int]:
+    """Line numbers where a "[date] Story: ..." style entry starts, in logs without "## "."""
+    return [i for i, line in enumerate(lines) if _FALLBACK_START.match(line)]
+
+
+_FILES_LABEL = re.compile(
+    r"(?:files?(?:[ _](?:changed|modified|created|touched|updated|added))?|file modificati)\b",
+    re.IGNORECASE,
+)
+_LEARN_LABEL = re.compile(r"learnings?\b(?: for future iterations)?", re.IGNORECASE)
+_BULLET = re.compile(r"(\s*)(?:[-*+]|\d+[.)])\s+(.*)")
+_PATHLIKE = re.compile(r"[\w@~.+-]*(?:/[\w@~.+\[\]()-]+)+/?|[\w@~+-][\w@~.+-]*\.[A-Za-z0-9]{1,8}")
+
+
+def _label(line: str, label: re.Pattern[str]) -> tuple[int, bool, str] | None:
+    """(indent, is_bullet, inline rest) if the line is `label:` as bullet, bold or heading."""
+    m = re.match(r"(\s*)([-*+] +)?(#{1,6} +)?(\*\*|__)?", line)
+    assert m
+    rest = line[m.end() :]
+    lm = label.match(rest)
+    if not lm:
+        return None
+    tail = rest[lm.end() :]
+    tm = re.match(r"\s*(?:\*\*|__)?\s*:\s*(?:\*\*|__)?|\s*(?:\*\*|__)\s*$|\s*$", tail)
+    if not tm or (not m.group(3) and ":" not in tail[: tm.end()] and tail.strip()):
+        return None
+    if not m.group(3) and ":" not in tail[: tm.end()]:
+        return None  # "Files" alone only counts as a heading ("### Files Changed")
+    return len(m.group(1)), bool(m.group(2)), tail[tm.end() :].strip()
+
+
+def _labelled_items(text: str, label: re.Pattern[str]) -> list[str]:
+    """Items under each `label:` line: its inline text and the bullets nested below it."""
+    items: list[str] = []
+    lines = [line.rstrip("\r\n") for line in _lines(text)]
+    i = 0
+    while i < len(lines):
+        found = _label(lines[i], label)
+        i += 1
+        if not found:
+            continue
+        indent, is_bullet, inline = found
+        if inline:
+            items.append(inline)
+        got = False
+        while i < len(lines):
+            line = lines[i]
+            if not line.strip():
+                if got:
+                    break
+                i += 1
+                continue
+            b = _BULLET.match(line)
+            deeper = len(line) - len(line.lstrip())
+            if b and (deeper > indent or (not is_bullet and deeper >= indent)):
+                if _label(line, _FILES_LABEL) or _label(line, _LEARN_LABEL):
+                    break
+                items.append(b.group(2).rstrip())
+                got = True
+            elif got and not b and deeper > indent:
+                items[-1] += "\n" + line.strip()  # a wrapped bullet continues
+            else:
+                break
+            i += 1
+    return items
+
+
+def extract_learnings(text: str) -> list[str]:
+    return _labelled_items(text, _LEARN_LABEL)
+
+
+def extract_files(text: str) -> list[str]:
+    found: list[str] = []
+    for item in _labelled_items(text, _FILES_LABEL):
+        ticked = re.findall(r"`([^`]+)`", item)
+        candidates = [t for t in ticked if _PATHLIKE.fullmatch(t.strip())]
+        if not candidates:
+            bare = re.split(r"[\s,;]+", re.sub(r"\([^)]*\)", " ", item))
+            candidates = [t.strip("*:.'\"") for t in bare]
+            candidates = [t for t in candidates if _PATHLIKE.fullmatch(t)]
+        found.extend(c.strip() for c in candidates)
+    return list(dict.fromkeys(found))
