@@ -1,0 +1,74 @@
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from orchestrator import tokens
+from orchestrator.errors import PathEscapeError
+from orchestrator.memory import Memory
+from orchestrator.progress import Progress, new_progress_text
+from orchestrator.references import ReferenceStore
+
+
+def make_project(root: Path, progress_text: str | None) -> SimpleNamespace:
+    progress_path = root / "progress.txt"
+    if progress_text is not None:
+        progress_path.write_text(progress_text)
+    return SimpleNamespace(root=root, progress_path=progress_path,
+                           references=ReferenceStore(root),
+                           config=SimpleNamespace(encoding="cl100k_base"))
+
+
+def indexed(rows: list[tuple[str, str]]) -> str:
+    p = Progress.parse(new_progress_text("Mon Jan 1"))
+    for topic, path in rows:
+        p = p.with_index_row(topic, path)
+    return p.append_entry("## 2026-01-01 - US-001\n- did it\n---\n").render()
+
+
+def test_loads_existing_and_missing_references(tmp_path: Path) -> None:
+    text = indexed([("Auth", "ralph/references/auth.md"), ("DB", "ralph/references/db.md")])
+    project = make_project(tmp_path, text)
+    project.references.write("ralph/references/auth.md", "# Auth\nUse JWT.\n")
+    memory = Memory.load(project)
+    assert memory.progress_text == text
+    assert memory.progress.render() == text
+    auth, db = memory.references
+    assert (auth.topic, auth.exists, auth.text) == ("Auth", True, "# Auth\nUse JWT.\n")
+    assert auth.tokens == tokens.count("# Auth\nUse JWT.\n", "cl100k_base") > 0
+    assert (db.topic, db.exists, db.text, db.tokens) == ("DB", False, "", 0)
+    assert memory.reference("auth") is auth and memory.existing == [auth]
+    assert memory.full_history_tokens() == tokens.count(text, "cl100k_base")
+    assert memory.full_history_tokens("o200k_base") == tokens.count(text, "o200k_base")
+
+
+def test_missing_progress_is_empty_memory(tmp_path: Path) -> None:
+    memory = Memory.load(make_project(tmp_path, None))
+    assert memory.progress_text == "" and memory.references == []
+    assert memory.full_history_tokens() == 0
+    assert not (tmp_path / "progress.txt").exists()  # loading creates nothing
+
+
+def test_escaping_row_raises_naming_progress_and_row(tmp_path: Path) -> None:
+    project = make_project(tmp_path, indexed([("Evil", "../../etc/passwd")]))
+    with pytest.raises(PathEscapeError) as err:
+        Memory.load(project)
+    msg = str(err.value)
+    assert "progress.txt" in msg and "'Evil'" in msg and "`..`" in msg
+
+
+def test_with_real_project_in_git_repo(tmp_path: Path) -> None:
+    """Through project.locate (helper B's module) in a real git repo."""
+    project_mod = pytest.importorskip("orchestrator.project")
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / "progress.txt").write_text(indexed([("API errors", "api-errors.md")]))
+    (tmp_path / "ralph" / "references").mkdir(parents=True)
+    (tmp_path / "ralph" / "references" / "api-errors.md").write_text("retry 429s\n")
+    project = project_mod.locate(tmp_path)
+    memory = Memory.load(project)
+    assert [(r.topic, r.exists, r.text) for r in memory.references] == [
+        ("API errors", True, "retry 429s\n")
+    ]
