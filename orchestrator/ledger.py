@@ -1,0 +1,215 @@
+"""The run ledger: one JSON object per line in `ralph/logs/ledger.jsonl`.
+
+Every iteration of `ralph run` appends one `iteration` record (schema in
+docs/architecture.md); a run is bracketed by `run_start` / `run_end`, and a usage-limit wait
+adds a `limit_wait` record. Lines are written with structlog's JSON renderer through a
+dedicated logger (not the global logging config), opened in append mode so concurrent
+writers never interleave inside a line and history is never rewritten.
+
+Readers (`ralph status`, `ralph report`, `ralph ab`, `ralph compact`) use `read()` and the
+summary helpers below; a damaged line is skipped with a warning instead of failing the read,
+because a ledger is a record, not an input the run depends on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import secrets
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+log = structlog.get_logger()
+
+OUTCOMES = ("passed", "no_progress", "failed", "timeout", "interrupted", "error")
+# The order keys appear in on a ledger line: identity first, then the rest as given.
+_FIRST_KEYS = ("event", "ts", "run_id", "iteration", "story_id")
+
+
+def new_run_id(now: float | None = None) -> str:
+    """Sortable and unique: `20261130-055202-3f9a` (UTC time + 4 random hex digits)."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(now if now is not None else time.time()))
+    return f"{stamp}-{secrets.token_hex(2)}"
+
+
+def _order_keys(_logger: Any, _name: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+    ordered = {k: event_dict.pop(k) for k in _FIRST_KEYS if k in event_dict}
+    ordered.update(event_dict)
+    return ordered
+
+
+class Ledger:
+    """Appends records for one run to a ledger file."""
+
+    def __init__(self, path: Path, run_id: str | None = None) -> None:
+        self.path = Path(path)
+        self.run_id = run_id or new_run_id()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = self.path.open("a", encoding="utf-8")
+        self._log = structlog.wrap_logger(
+            structlog.WriteLogger(self._file),
+            processors=[
+                structlog.processors.TimeStamper(fmt="iso", utc=True, key="ts"),
+                _order_keys,
+                structlog.processors.JSONRenderer(default=str, ensure_ascii=False),
+            ],
+        ).bind(run_id=self.run_id)
+
+    def event(self, event: str, **fields: Any) -> None:
+        """Append one record (`event` names its kind)."""
+        self._log.msg(event, **fields)
+
+    def iteration(self, record: dict[str, Any]) -> None:
+        if record.get("outcome") not in OUTCOMES:
+            raise ValueError(f"unknown outcome {record.get('outcome')!r}; expected {OUTCOMES}")
+        self.event("iteration", **record)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self._file.close()
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def read(path: Path) -> list[dict[str, Any]]:
+    """All records in file order; [] when the ledger does not exist yet."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    records: list[dict[str, Any]] = []
+    with path.open(encoding="utf-8", errors="replace") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError:
+                log.warning("ledger line skipped", file=str(path), line=lineno)
+                continue
+            if isinstance(obj, dict):
+                records.append(obj)
+    return records
+
+
+def iterations(records: Iterable[dict[str, Any]], run_id: str | None = None) -> list[dict]:
+    """The `iteration` records, of one run if `run_id` is given."""
+    return [
+        r
+        for r in records
+        if r.get("event") == "iteration" and (run_id is None or r.get("run_id") == run_id)
+    ]
+
+
+def run_ids(records: Iterable[dict[str, Any]]) -> list[str]:
+    """Run ids in the order they first appear."""
+    seen: dict[str, None] = {}
+    for r in records:
+        if r.get("run_id"):
+            seen.setdefault(r["run_id"], None)
+    return list(seen)
+
+
+def last_run_id(records: list[dict[str, Any]]) -> str | None:
+    ids = run_ids(records)
+    return ids[-1] if ids else None
+
+
+@dataclass
+class Totals:
+    """What a set of iterations cost and saved. Agent figures count only where reported."""
+
+    iterations: int = 0
+    passed: int = 0
+    outcomes: dict[str, int] = field(default_factory=dict)
+    prompt_tokens: int = 0
+    full_history_tokens: int = 0
+    input_tokens: int = 0       # prompt side as the agent counts it: input + cache read/write
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+    usage_reported: int = 0     # iterations whose agent reported usage
+    cost_reported: int = 0
+    duration_s: float = 0.0
+    limit_waits: int = 0
+    limit_wait_s: float = 0.0
+
+    @property
+    def saved_tokens(self) -> int:
+        return self.full_history_tokens - self.prompt_tokens
+
+    @property
+    def saved_pct(self) -> float:
+        if not self.full_history_tokens:
+            return 0.0
+        return 100.0 * self.saved_tokens / self.full_history_tokens
+
+    @property
+    def agent_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    def as_dict(self) -> dict[str, Any]:
+        d = dict(self.__dict__)
+        d.update(saved_tokens=self.saved_tokens, saved_pct=round(self.saved_pct, 1))
+        return d
+
+
+def usage_in(usage: dict[str, Any] | None) -> int:
+    """Prompt-side tokens the agent reported: input excludes cache, so add cache read/write."""
+    if not usage:
+        return 0
+    return sum(
+        int(usage.get(k) or 0)
+        for k in ("input_tokens", "cache_read_tokens", "cache_write_tokens")
+    )
+
+
+def totals(records: Iterable[dict[str, Any]]) -> Totals:
+    """Sum the `iteration` (and `limit_wait`) records given."""
+    t = Totals()
+    for r in records:
+        if r.get("event") == "limit_wait":
+            t.limit_waits += 1
+            t.limit_wait_s += float(r.get("waited_s") or 0)
+            continue
+        if r.get("event") != "iteration":
+            continue
+        t.iterations += 1
+        outcome = r.get("outcome") or "error"
+        t.outcomes[outcome] = t.outcomes.get(outcome, 0) + 1
+        t.passed += outcome == "passed"
+        t.prompt_tokens += int(r.get("prompt_tokens") or 0)
+        t.full_history_tokens += int(r.get("full_history_tokens") or 0)
+        if r.get("usage"):
+            t.usage_reported += 1
+            t.input_tokens += usage_in(r["usage"])
+            t.output_tokens += int(r["usage"].get("output_tokens") or 0)
+        if r.get("cost_usd") is not None:
+            t.cost_reported += 1
+            t.cost_usd += float(r["cost_usd"])
+        t.duration_s += float(r.get("duration_s") or 0)
+    return t
+
+
+def run_totals(records: list[dict[str, Any]], run_id: str | None = None) -> Totals:
+    """Totals of one run (the last one by default), limit waits included."""
+    run_id = run_id or last_run_id(records)
+    return totals(r for r in records if run_id and r.get("run_id") == run_id)
+
+
+def by_story(records: Iterable[dict[str, Any]]) -> dict[str, Totals]:
+    """Totals per story id over all iterations given (for reports)."""
+    out: dict[str, Totals] = {}
+    groups: dict[str, list[dict]] = {}
+    for r in iterations(records):
+        groups.setdefault(str(r.get("story_id")), []).append(r)
+    for sid, rs in groups.items():
+        out[sid] = totals(rs)
+    return out
