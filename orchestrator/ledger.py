@@ -58,6 +58,9 @@ class Ledger:
                 _order_keys,
                 structlog.processors.JSONRenderer(default=str, ensure_ascii=False),
             ],
+            # Explicit, so the app's logging setup (log.configure) never reroutes the ledger.
+            wrapper_class=structlog.BoundLogger,
+            context_class=dict,
         ).bind(run_id=self.run_id)
 
     def event(self, event: str, **fields: Any) -> None:

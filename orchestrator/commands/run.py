@@ -1,18 +1,110 @@
-"""`ralph run` (placeholder until its owner lands it)."""
+"""`ralph run [--tool NAME | --tool=NAME] [MAX_ITERATIONS] [flags]`: the Ralph loop.
+
+Takes ralph.sh's arguments as they are (`--tool X` or `--tool=X`, a bare number sets the
+maximum iterations and the last number wins, other words are ignored with a warning), plus
+flags for what ralph.sh cannot do. Every flag beats ralph.yaml, which beats the defaults.
+"""
 
 from __future__ import annotations
 
 import argparse
+import re
+import sys
+from pathlib import Path
 
 from orchestrator.cli import add_common
-from orchestrator.errors import FatalError
+
+_NUMBER = re.compile(r"^[0-9]+$")
+
+
+def _add_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--tool", metavar="NAME",
+                   help="agent: amp, claude, codex, gemini, opencode, sim, or a name under "
+                   "agents: in ralph.yaml (default: ralph.yaml's tool, else amp)")
+    p.add_argument("--mode", choices=("auto", "indexed", "full"),
+                   help="memory: indexed references, Ralph's full progress.txt, or auto "
+                   "(indexed when progress.txt has a Progress Index)")
+    p.add_argument("--budget-tokens", type=int, metavar="N",
+                   help="stop before the run's agent tokens would pass N (budget.run_tokens)")
+    p.add_argument("--budget-usd", type=float, metavar="X",
+                   help="stop before the run's agent cost would pass $X (budget.run_cost_usd)")
+    p.add_argument("--prompt-budget", type=int, metavar="N",
+                   help="token budget of one prompt (budget.prompt_tokens)")
+    p.add_argument("--checks", choices=("warn", "retry", "fail"),
+                   help="what a failed post-story check does")
+    p.add_argument("--timeout", type=int, metavar="SECS",
+                   help="wall-clock limit of one iteration (timeouts.iteration)")
+    p.add_argument("--idle-timeout", type=int, metavar="SECS",
+                   help="stop an agent silent this long (timeouts.idle)")
+    p.add_argument("--sleep", type=float, metavar="SECS", dest="sleep_between",
+                   help="pause between iterations (sleep_between, ralph.sh: 2)")
+    p.add_argument("--stuck-after", type=int, metavar="N",
+                   help="stop (exit 4) after N iterations in a row without progress")
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="hide the agent's output (summaries and the table still print)")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("run", help="(not yet available)")
+    p = sub.add_parser(
+        "run", help="run the loop: one story per iteration until all pass",
+        description="Run the agent loop, ralph.sh-compatible: "
+        "`ralph run [--tool NAME] [MAX_ITERATIONS]`. Exit codes: 0 all stories pass, "
+        "1 iterations used up, 2 usage/config/input error, 3 budget, 4 stuck, 130 interrupted.")
     add_common(p)
+    _add_flags(p)
+    # Everything after the first bare word is re-read by _merge_rest, so numbers and flags
+    # can come in any order, as ralph.sh allows (`ralph run 20 --tool claude`).
+    p.add_argument("words", nargs=argparse.REMAINDER, metavar="MAX_ITERATIONS",
+                   help="maximum iterations (default: ralph.yaml's max_iterations, else 10)")
     p.set_defaults(func=run)
 
 
+def _merge_rest(args: argparse.Namespace) -> tuple[int | None, list[str]]:
+    """Parse the words after the first positional like ralph.sh: numbers set the maximum
+    (last wins), flags are applied, anything else is returned to be reported as ignored."""
+    p = argparse.ArgumentParser(prog="ralph run", add_help=False)
+    add_common(p)
+    _add_flags(p)
+    p.add_argument("rest", nargs="*")
+    p.set_defaults(**{k: None for k in vars(args) if k not in ("words",)})
+    later, unknown = p.parse_known_intermixed_args(args.words)
+    for key, value in vars(later).items():
+        if key != "rest" and value not in (None, False):
+            setattr(args, key, value)
+    max_iter = None
+    ignored = list(unknown)
+    for w in later.rest:
+        if _NUMBER.match(w):
+            max_iter = int(w)
+        else:
+            ignored.append(w)
+    return max_iter, ignored
+
+
+def overrides(args: argparse.Namespace, max_iterations: int | None) -> dict:
+    return {
+        "tool": args.tool,
+        "max_iterations": max_iterations,
+        "mode": args.mode,
+        "budget.run_tokens": args.budget_tokens,
+        "budget.run_cost_usd": args.budget_usd,
+        "budget.prompt_tokens": args.prompt_budget,
+        "checks": args.checks,
+        "timeouts.iteration": args.timeout,
+        "timeouts.idle": args.idle_timeout,
+        "sleep_between": args.sleep_between,
+        "stuck_after": args.stuck_after,
+    }
+
+
 def run(args: argparse.Namespace) -> int:
-    raise FatalError("'ralph run' is not available yet")
+    from orchestrator import log, loop, project
+
+    log.configure(None, verbose=args.verbose)   # config warnings as readable stderr lines
+    max_iter, ignored = _merge_rest(args)
+    for w in ignored:
+        print(f"ralph: warning: ignored argument {w!r} (ralph.sh ignores it too)",
+              file=sys.stderr)
+    proj = project.locate(Path.cwd(), args.ralph_dir, overrides(args, max_iter))
+    summary = loop.run(proj, loop.RunOptions(quiet=args.quiet))
+    return summary.exit_code

@@ -1,0 +1,298 @@
+"""One iteration of the loop in small steps: prepare, spawn (maybe several attempts), assess,
+record. `loop.Loop` decides what to do with an attempt (wait out a limit, retry, go on).
+
+Progress is measured from the outside, never from what the agent says: prd.json (did the
+story pass), git HEAD (a commit) and a fingerprint of the working tree (a file changed),
+with the ralph logs folder excluded (the ledger and transcripts change every iteration).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from orchestrator import fsutil, limits, runner
+from orchestrator.errors import InputError
+
+if TYPE_CHECKING:
+    from orchestrator.loop import Loop
+
+log = structlog.get_logger()
+SENTINEL = "<promise>COMPLETE</promise>"
+
+
+def _git(root: Path, *args: str) -> str | None:
+    try:
+        out = subprocess.run(["git", *args], cwd=root, capture_output=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.decode("utf-8", "replace") if out.returncode == 0 else None
+
+
+@dataclass(frozen=True)
+class WorkState:
+    """What the working tree looks like: HEAD, a digest of uncommitted changes, references."""
+
+    head: str | None
+    tree: str | None
+    refs: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def capture(cls, root: Path, exclude: list[str], ref_files: list[Path]) -> WorkState:
+        head = _git(root, "rev-parse", "--verify", "-q", "HEAD")
+        spec = ["--", "."] + [f":(exclude){e}" for e in exclude]
+        status = _git(root, "status", "--porcelain=v1", "-uall", *spec)
+        diff = _git(root, "diff", "HEAD", "--no-ext-diff", "--binary", *spec) if head else ""
+        tree = None
+        if status is not None:
+            h = hashlib.sha256((status + "\0" + (diff or "")).encode())
+            # Untracked files are in `status` by name only: hash their content too.
+            for line in status.splitlines():
+                if line.startswith("?? "):
+                    p = root / line[3:].strip('"')
+                    if p.is_file():
+                        h.update(p.read_bytes())
+            tree = h.hexdigest()
+        refs = {}
+        for f in ref_files:
+            try:
+                refs[Path(f).relative_to(root).as_posix()] = hashlib.sha256(
+                    Path(f).read_bytes()).hexdigest()
+            except (OSError, ValueError):
+                continue
+        return cls(head=head.strip() if head else None, tree=tree, refs=refs)
+
+    def updated_refs(self, after: WorkState) -> list[str]:
+        return sorted(p for p, h in after.refs.items() if self.refs.get(p) != h)
+
+
+@dataclass
+class Attempt:
+    """One spawn of the agent and what came of it."""
+
+    n: int
+    outcome: runner.RunOutcome
+    result: Any                               # agents.AgentResult
+    passed: bool
+    all_passed: bool
+    prd_error: str | None
+    before: WorkState
+    after: WorkState
+    transcript: Path
+
+    @property
+    def interrupted(self) -> bool:
+        return bool(self.outcome.interrupted)
+
+    @property
+    def exit_code(self) -> int | None:
+        return self.outcome.exit_code
+
+    @property
+    def duration_s(self) -> float:
+        return round(self.outcome.duration_s, 2)
+
+    @property
+    def error(self) -> str | None:
+        return self.prd_error or (self.result.error if self.result.is_error else None)
+
+    @property
+    def committed(self) -> bool:
+        return self.after.head != self.before.head
+
+    @property
+    def files_changed(self) -> bool:
+        return self.after.tree != self.before.tree or self.committed
+
+    @property
+    def limit(self) -> limits.LimitSignal | None:
+        if self.passed or self.interrupted or self.outcome.timed_out:
+            return None
+        return self.result.limit
+
+    @property
+    def transient(self) -> bool:
+        """Worth a quick retry: a known transient error, or a crash that changed nothing."""
+        if self.passed or self.interrupted or self.outcome.timed_out or self.limit:
+            return False
+        if limits.is_transient(self.result, self.outcome.output):
+            return True
+        return self.exit_code not in (0, None) and not self.files_changed
+
+    def reported_tokens(self) -> int | None:
+        u = self.result.usage
+        return u.total_tokens if u else None
+
+    def cost_usd(self) -> float | None:
+        return self.result.cost_usd
+
+    def usage_dict(self) -> dict[str, int] | None:
+        return self.result.usage.to_dict() if self.result.usage else None
+
+    def completion(self) -> str | None:
+        """"complete" when the final message has the sentinel and prd.json agrees, "false"
+        when it has it but stories remain, None when the agent did not claim completion."""
+        final = self.result.final_message or ""
+        if SENTINEL not in final:
+            return None
+        return "complete" if self.all_passed else "false"
+
+    def outcome_name(self) -> str:
+        if self.interrupted:
+            return "interrupted"
+        if self.outcome.timed_out:
+            return "timeout"
+        if self.passed:
+            return "passed"
+        if self.prd_error:
+            return "error"
+        if self.exit_code not in (0, None) or self.result.is_error:
+            return "failed"
+        return "no_progress"
+
+
+class Iteration:
+    """Prepare once, spawn one or more attempts, then record the last one."""
+
+    def __init__(self, loop: Loop, n: int, story: Any, prd: Any) -> None:
+        from orchestrator.memory import Memory
+
+        self.loop = loop
+        self.project = loop.project
+        self.n = n
+        self.story = story
+        self.total = len(prd.stories)
+        self.passed_before = prd.passed_count()
+        self.attempts = 0
+        memory = Memory.load(self.project)
+        self.assembled = build_prompt(loop, story, memory)
+        self.prompt_file = loop.run_dir / f"iteration-{n}.prompt.md"
+        fsutil.atomic_write_text(self.prompt_file, self.assembled.text)
+        checks = _checks()
+        self.snapshot = checks.snapshot(self.project) if checks else None
+        # Progress is judged against the state before the first attempt, so a retry that
+        # follows a partial attempt still sees that attempt's changes.
+        self.start = self._state()
+
+    # ---- spawn ------------------------------------------------------------------------------
+    def _exclude(self) -> list[str]:
+        logs = self.project.rel(Path(self.project.logs_dir))
+        return [logs] if logs and not logs.startswith("/") else []
+
+    def _state(self) -> WorkState:
+        return WorkState.capture(Path(self.project.root), self._exclude(),
+                                 self.project.references.files())
+
+    def spawn(self) -> Attempt:
+        self.attempts += 1
+        suffix = "" if self.attempts == 1 else f".attempt-{self.attempts}"
+        transcript = self.loop.run_dir / f"iteration-{self.n}{suffix}.log"
+        display = self.loop.display
+        st = display.status
+        st.story, st.iteration, st.max_iterations = (
+            self.story.id, self.n, self.loop.max_iterations)
+        st.passed, st.total = self.passed_before, self.total
+        st.note = "" if self.attempts == 1 else f"attempt {self.attempts}"
+        timeouts = self.project.config.timeouts
+        with display.live():
+            outcome, result = runner.run_agent(
+                self.loop.agent, self.prompt_file, cwd=Path(self.project.root),
+                transcript_path=transcript, on_line=display.agent,
+                wall_timeout=timeouts.iteration, idle_timeout=timeouts.idle)
+        return self._assess(outcome, result, self.start, transcript)
+
+    def _assess(self, outcome: runner.RunOutcome, result: Any, before: WorkState,
+                transcript: Path) -> Attempt:
+        from orchestrator.prd import Prd
+
+        passed = all_passed = False
+        prd_error = None
+        try:
+            prd = Prd.load(Path(self.project.prd_path))
+            passed = prd.get(self.story.id).passes
+            all_passed = prd.all_passed()
+        except InputError as exc:
+            # The agent broke prd.json: not a pass; checks.verify reports/restores it.
+            prd_error = f"prd.json unreadable after the agent ran: {exc}"
+            log.warning("prd.json unreadable after iteration", error=str(exc))
+        return Attempt(n=self.attempts, outcome=outcome, result=result, passed=passed,
+                       all_passed=all_passed, prd_error=prd_error, before=before,
+                       after=self._state(), transcript=transcript)
+
+    # ---- record -----------------------------------------------------------------------------
+    def record(self, attempt: Attempt) -> dict[str, Any]:
+        a = self.assembled
+        saved = a.full_history_tokens - a.tokens
+        rec: dict[str, Any] = {
+            "iteration": self.n,
+            "story_id": self.story.id,
+            "story_title": self.story.title,
+            "mode": a.mode,
+            "agent": self.loop.agent.name,
+            "model": attempt.result.model or self.loop.agent.model,
+            "prompt_tokens": a.tokens,
+            "prompt_tokens_estimated": True,
+            "full_history_tokens": a.full_history_tokens,
+            "saved_tokens": saved,
+            "saved_pct": round(100 * saved / a.full_history_tokens, 1)
+            if a.full_history_tokens else 0.0,
+            "selected_references": list(a.selected),
+            "usage": attempt.usage_dict(),
+            "cost_usd": attempt.cost_usd(),
+            "duration_s": attempt.duration_s,
+            "exit_code": attempt.exit_code,
+            "outcome": attempt.outcome_name(),
+            "timed_out": attempt.outcome.timed_out,
+            "attempts": attempt.n,
+            "completion": attempt.completion(),
+            "committed": attempt.committed,
+            "files_changed": attempt.files_changed,
+            "error": attempt.error,
+            "checks": self._checks(attempt),
+            "updated_references": attempt.before.updated_refs(attempt.after),
+            "transcript": self.project.rel(attempt.transcript),
+        }
+        return rec
+
+    def _checks(self, attempt: Attempt) -> dict[str, Any]:
+        checks = _checks()
+        if checks is None:
+            return {}
+        report = checks.verify(self.snapshot, self.project, self.story, attempt.result)
+        return checks_dict(report)
+
+
+def _checks() -> Any:
+    # INTERIM until helper B's checks.py lands: no post-story checks without it.
+    try:
+        from orchestrator import checks
+    except ImportError:
+        return None
+    return checks
+
+
+def checks_dict(report: Any) -> dict[str, Any]:
+    """The ledger's `checks` field from a checks report (any object with to_dict/problems)."""
+    if report is None:
+        return {}
+    if hasattr(report, "to_dict"):
+        d = dict(report.to_dict())
+    elif isinstance(report, dict):
+        d = dict(report)
+    else:
+        d = {"ok": bool(getattr(report, "ok", True))}
+    d.setdefault("problems", list(getattr(report, "problems", []) or []))
+    return d
+
+
+def build_prompt(loop: Loop, story: Any, memory: Any) -> Any:
+    """The one place the loop asks for a prompt (prompt.assemble; notes = check fixes)."""
+    from orchestrator import prompt
+
+    return prompt.assemble(loop.project, story, memory, mode=loop.mode, notes=loop.notes,
+                           tool=loop.agent.name)

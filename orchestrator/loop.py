@@ -1,0 +1,318 @@
+"""The Ralph loop as a library: `run(project, options) -> RunSummary`.
+
+Per iteration (see docs/architecture.md): read prd.json and pick the story (stop with success
+when none is left); assemble the prompt; snapshot; spawn the agent through its adapter
+(runner.run_agent shows its readable lines live and keeps the transcript); assess (prd.json
+is the truth for completion, checks.verify for the post-story checks); record one ledger line
+and print the one-line summary.
+
+Around that: usage limits wait for their reset and retry the same story (not an iteration);
+transient failures retry with backoff; a circuit breaker stops a loop that makes no progress;
+run budgets stop before an iteration that would overrun them; Ctrl-C records the iteration as
+interrupted and leaves every file as it was. The CLI (commands/run.py) only parses arguments.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from orchestrator import archive, ledger
+from orchestrator import log as runlog
+from orchestrator.budget import Budget
+from orchestrator.display import Display, summary_line
+from orchestrator.errors import (
+    EXIT_ITERATIONS_EXHAUSTED,
+    EXIT_OK,
+    BudgetExhausted,
+    Interrupted,
+    Stuck,
+)
+from orchestrator.iteration import Attempt, Iteration, WorkState
+
+log = structlog.get_logger()
+
+SENTINEL = "<promise>COMPLETE</promise>"
+
+
+@dataclass
+class RunOptions:
+    """Per-run choices; None means "from ralph.yaml" (flags are merged there by the CLI)."""
+
+    tool: str | None = None
+    max_iterations: int | None = None
+    mode: str | None = None
+    quiet: bool = False                      # no agent lines (summaries still print)
+    display: Display | None = None
+    sleep: Callable[[float], None] = time.sleep
+    now: Callable[[], datetime] = field(default=lambda: datetime.now(timezone.utc))
+
+
+@dataclass
+class RunSummary:
+    run_id: str
+    exit_code: int
+    status: str                              # complete | exhausted
+    iterations: int
+    passed: int
+    total: int
+    totals: ledger.Totals
+    message: str
+
+
+def run(project: Any, options: RunOptions | None = None) -> RunSummary:
+    """Run the loop on `project` (a project.Project). Raises FatalError subclasses for
+    budget (3), stuck (4), interrupted (130) and input/config problems (2)."""
+    options = options or RunOptions()
+    with _project_lock(project):
+        return Loop(project, options).run()
+
+
+def _project_lock(project: Any) -> Any:
+    try:
+        from orchestrator import lock
+    except ImportError:  # INTERIM until helper B's lock.py lands
+        import filelock
+
+        from orchestrator.errors import LockHeld
+
+        Path(project.lock_path).parent.mkdir(parents=True, exist_ok=True)
+        fl = filelock.FileLock(str(project.lock_path), timeout=0)
+
+        @contextlib.contextmanager
+        def held():
+            try:
+                fl.acquire()
+            except filelock.Timeout:
+                raise LockHeld(f"another `ralph run` holds {project.lock_path}") from None
+            try:
+                yield
+            finally:
+                fl.release()
+        return held()
+    return lock.project_lock(project)
+
+
+class Loop:
+    def __init__(self, project: Any, options: RunOptions) -> None:
+        from orchestrator.agents import get_agent
+
+        self.project = project
+        self.cfg = project.config
+        self.options = options
+        self.tool = options.tool or self.cfg.tool
+        self.max_iterations = options.max_iterations or self.cfg.max_iterations
+        self.mode = options.mode or self.cfg.mode
+        # Fails here (exit 2) for an unknown tool or a missing binary, before any file changes.
+        self.agent = get_agent(self.tool, self.cfg.agent(self.tool))
+        self.display = options.display or Display(quiet=options.quiet)
+        self.ledger = ledger.Ledger(project.ledger_path)
+        self.run_dir = Path(project.logs_dir) / self.ledger.run_id
+        self.budget = Budget(self.cfg.budget.run_tokens, self.cfg.budget.run_cost_usd,
+                             self.cfg.budget.warn_at)
+        self.records: list[dict[str, Any]] = []
+        self.notes: list[str] = []           # fix notes for the next prompt (checks: retry)
+        self.no_progress: list[dict[str, Any]] = []
+        self.iteration = 0
+
+    # ---- the run --------------------------------------------------------------------------
+    def run(self) -> RunSummary:
+        runlog.configure(self.run_dir / "run.log", verbose=False)
+        self._prepare_files()
+        self.ledger.event("run_start", agent=self.agent.name, mode=self.mode,
+                          max_iterations=self.max_iterations, root=str(self.project.root))
+        status, exit_code, message = "error", 2, ""
+        try:
+            status, exit_code, message = self._loop()
+            return self._summary(status, exit_code, message)
+        except (BudgetExhausted, Stuck, Interrupted) as exc:
+            status, exit_code, message = type(exc).__name__.lower(), exc.exit_code, str(exc)
+            raise
+        except KeyboardInterrupt:
+            # Ctrl-C between agent runs (sleep, limit wait): nothing is half-written.
+            status, exit_code = "interrupted", 130
+            message = (f"interrupted after iteration {self.iteration}; run `ralph run` "
+                       "again to continue")
+            raise Interrupted(message) from None
+        finally:
+            self._finish(status, exit_code, message)
+
+    def _prepare_files(self) -> None:
+        p = self.project
+        result = archive.archive_on_branch_change(
+            Path(p.ralph_dir), Path(p.progress_path), Path(p.references.dir),
+            date=archive.ralph_date(),
+        )
+        if result:
+            self.display.line(f"Archiving previous run: {result.last_branch}")
+            self.display.line(f"   Archived to: {result.folder} ({', '.join(result.copied)})")
+        archive.ensure_progress(Path(p.progress_path), archive.ralph_date())
+
+    def _loop(self) -> tuple[str, int, str]:
+        from orchestrator.prd import Prd
+
+        self.display.line(f"Starting Ralph - Tool: {self.agent.name} - Max iterations: "
+                          f"{self.max_iterations} - Memory: {self.mode}")
+        while True:
+            prd = Prd.load(Path(self.project.prd_path))
+            story = prd.next_story()
+            if story is None:
+                return "complete", EXIT_OK, (
+                    f"Ralph completed all tasks! ({prd.passed_count()}/{len(prd.stories)} "
+                    f"stories pass, {self.iteration} iteration(s) this run)")
+            if self.iteration >= self.max_iterations:
+                return "exhausted", EXIT_ITERATIONS_EXHAUSTED, (
+                    f"Ralph reached max iterations ({self.max_iterations}) without completing "
+                    f"all tasks: {prd.passed_count()}/{len(prd.stories)} stories pass. Check "
+                    f"{self.project.progress_path} for status.")
+            self.budget.check_next()
+            if self.iteration:
+                self.options.sleep(self.cfg.sleep_between)
+            self.iteration += 1
+            rec = self._one_iteration(prd, story)
+            if rec.get("completion") == "complete":
+                continue                      # prd.json agrees: the next pass returns success
+            self._check_stuck(rec)
+
+    def _one_iteration(self, prd: Any, story: Any) -> dict[str, Any]:
+        it = Iteration(self, self.iteration, story, prd)
+        self.display.banner(self.iteration, self.max_iterations, self.agent.name, story.id)
+        attempt = self._attempt_until_done(it)
+        rec = it.record(attempt)
+        self.ledger.iteration(rec)
+        self.records.append({"event": "iteration", "run_id": self.ledger.run_id, **rec})
+        self.budget.add(reported_tokens=attempt.reported_tokens(),
+                        estimated_tokens=it.assembled.tokens, cost_usd=attempt.cost_usd())
+        self._after(rec, attempt)
+        if rec["outcome"] == "interrupted":
+            raise Interrupted(
+                f"interrupted during iteration {self.iteration} ({story.id}); the agent was "
+                "stopped and the iteration recorded. Run `ralph run` again to continue.")
+        return rec
+
+    def _attempt_until_done(self, it: Iteration) -> Attempt:
+        """Spawn the agent; wait out usage limits and retry transient failures."""
+        waited = 0.0
+        retries = 0
+        while True:
+            attempt = it.spawn()
+            if attempt.interrupted or attempt.passed:
+                return attempt
+            if attempt.limit is not None:
+                waited += self._wait_for_limit(it, attempt, waited)
+                continue
+            if attempt.transient and retries < self.cfg.retries.transient:
+                retries += 1
+                self._retry_transient(it, attempt, retries)
+                continue
+            return attempt
+
+    def _wait_for_limit(self, it: Iteration, attempt: Attempt, waited: float) -> float:
+        sig = attempt.limit
+        secs = sig.wait_seconds(self.options.now()) if sig.reset_at else None
+        source = "reset time stated" if secs is not None else "no reset time: fallback_wait"
+        if secs is None:
+            secs = float(self.cfg.limits.fallback_wait)
+        secs += 5 if sig.reset_at else 0     # a little after the stated reset, not on it
+        if waited + secs > self.cfg.limits.max_wait:
+            raise BudgetExhausted(
+                f"usage limit ({sig.raw[:120]!r}) resets in {secs / 60:.0f} min, beyond "
+                f"limits.max_wait ({self.cfg.limits.max_wait}s) for this iteration. Run "
+                "`ralph run` again after the reset, or raise limits.max_wait in ralph.yaml.")
+        self.budget.add(reported_tokens=attempt.reported_tokens(), estimated_tokens=0,
+                        cost_usd=attempt.cost_usd())
+        self.ledger.event("limit_wait", iteration=it.n, story_id=it.story.id,
+                          kind=sig.kind, raw=sig.raw[:300],
+                          reset_at=sig.reset_at.isoformat() if sig.reset_at else None,
+                          waited_s=round(secs, 1), source=source,
+                          usage=attempt.usage_dict(), cost_usd=attempt.cost_usd())
+        self.display.countdown(secs, f"usage limit ({sig.kind}, {source})", self.options.sleep)
+        return secs
+
+    def _retry_transient(self, it: Iteration, attempt: Attempt, retry: int) -> None:
+        delay = self.cfg.retries.backoff * (2 ** (retry - 1))
+        self.budget.add(reported_tokens=attempt.reported_tokens(), estimated_tokens=0,
+                        cost_usd=attempt.cost_usd())
+        self.ledger.event("transient_retry", iteration=it.n, story_id=it.story.id,
+                          retry=retry, exit_code=attempt.exit_code, error=attempt.error,
+                          delay_s=delay, usage=attempt.usage_dict(),
+                          cost_usd=attempt.cost_usd(), duration_s=attempt.duration_s)
+        self.display.warn(f"transient agent failure ({attempt.error or 'no progress'}); "
+                          f"retry {retry}/{self.cfg.retries.transient}")
+        self.display.countdown(delay, "backoff", self.options.sleep)
+
+    def _after(self, rec: dict[str, Any], attempt: Attempt) -> None:
+        self.display.line(summary_line(rec), style="bold green" if rec["outcome"] == "passed"
+                          else "bold")
+        if rec.get("completion") == "false":
+            self.display.warn(
+                f"the agent said {SENTINEL} but prd.json still has stories with passes "
+                "false: ignored (false completion); continuing")
+        problems = (rec.get("checks") or {}).get("problems") or []
+        for p in problems:
+            self.display.warn(f"check: {p}")
+        self.notes = list(problems) if self.cfg.checks == "retry" else []
+        if problems and self.cfg.checks == "fail":
+            raise Stuck(f"post-story checks failed for {rec['story_id']} (checks: fail): "
+                        + "; ".join(problems))
+        for w in self.budget.warnings():
+            self.display.warn(w)
+
+    def _check_stuck(self, rec: dict[str, Any]) -> None:
+        if rec["outcome"] == "passed" or rec.get("committed") or rec.get("files_changed"):
+            self.no_progress = []
+            return
+        self.no_progress.append(rec)
+        n = self.cfg.stuck_after
+        if len(self.no_progress) >= n:
+            seen = "; ".join(
+                f"#{r['iteration']} {r['story_id']}: {r['outcome']}"
+                + (f" (exit {r['exit_code']})" if r.get("exit_code") not in (0, None) else "")
+                + (f" {r['error'][:80]}" if r.get("error") else "")
+                for r in self.no_progress[-n:])
+            raise Stuck(
+                f"stuck: {n} iterations in a row with no story passed, no commit and no file "
+                f"changed ({seen}). Look at the transcripts in {self.run_dir}, fix the cause "
+                "(story too big? agent failing?), then run `ralph run` again.")
+
+    # ---- the end ----------------------------------------------------------------------------
+    def _summary(self, status: str, exit_code: int, message: str) -> RunSummary:
+        from orchestrator.prd import Prd
+
+        prd = Prd.load(Path(self.project.prd_path))
+        return RunSummary(
+            run_id=self.ledger.run_id, exit_code=exit_code, status=status,
+            iterations=self.iteration, passed=prd.passed_count(), total=len(prd.stories),
+            totals=ledger.totals(self.records), message=message)
+
+    def _finish(self, status: str, exit_code: int, message: str) -> None:
+        tot = ledger.totals(self.records)
+        with contextlib.suppress(Exception):
+            self.ledger.event("run_end", status=status, exit_code=exit_code,
+                              iterations=self.iteration, message=message,
+                              totals=tot.as_dict())
+        self.ledger.close()
+        if self.records:
+            self.display.line("")
+            self.display.print_table(self.records)
+            if tot.usage_reported < tot.iterations:
+                self.display.line(
+                    f"note: {tot.iterations - tot.usage_reported} iteration(s) without "
+                    "agent-reported usage; prompt figures are tiktoken estimates",
+                    style="dim")
+        if message and exit_code in (EXIT_OK, EXIT_ITERATIONS_EXHAUSTED):
+            self.display.line("")
+            self.display.line(message, style="bold green" if exit_code == 0 else "bold yellow")
+        self.display.line(f"ledger: {self.project.ledger_path} · transcripts: {self.run_dir}",
+                          style="dim")
+        runlog.close()
+
+
+__all__ = ["RunOptions", "RunSummary", "run", "Loop", "SENTINEL", "WorkState"]
