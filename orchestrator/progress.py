@@ -21,7 +21,7 @@ INDEX_HEADING = "## Progress Index"
 INDEX_TABLE_HEAD = "| Topic | Reference Path |\n|---|---|\n"
 
 _HEADING = re.compile(r"## (?!#)")
-_FENCE = re.compile(r" {0,3}(```|~~~)")
+_FENCE = re.compile(r" {0,3}(`{3,}|~{3,})(.*)")
 _PATTERNS = re.compile(r"##\s+codebase patterns\b", re.IGNORECASE)
 _INDEX = re.compile(r"##\s+progress index\s*$", re.IGNORECASE)
 
@@ -65,13 +65,8 @@ def _lines(text: str) -> list[str]:
 
 def _split(text: str) -> list[_Segment]:
     lines = _lines(text)
-    starts: list[int] = []
-    in_fence = False
-    for i, line in enumerate(lines):
-        if _FENCE.match(line):
-            in_fence = not in_fence
-        elif not in_fence and _HEADING.match(line):
-            starts.append(i)
+    fenced = _fenced_lines(lines)
+    starts = [i for i, line in enumerate(lines) if i not in fenced and _HEADING.match(line)]
     segments = [_Segment("header", "".join(lines[: starts[0] if starts else len(lines)]))]
     for n, start in enumerate(starts):
         end = starts[n + 1] if n + 1 < len(starts) else len(lines)
@@ -80,6 +75,25 @@ def _split(text: str) -> list[_Segment]:
     if not any(s.kind == "entry" for s in segments):
         segments = _split_fallback(segments)
     return segments
+
+
+def _fenced_lines(lines: list[str]) -> set[int]:
+    """Line numbers inside closed ``` / ~~~ code blocks (pasted markdown is not structure).
+    An unclosed fence is ignored rather than swallowing the rest of the log."""
+    fenced: set[int] = set()
+    open_at: int | None = None
+    marker = ""
+    for i, line in enumerate(lines):
+        m = _FENCE.match(line)
+        if open_at is None:
+            # A backtick fence's info string cannot contain backticks (CommonMark).
+            if m and not (m.group(1)[0] == "`" and "`" in m.group(2)):
+                open_at, marker = i, m.group(1)
+        elif m and m.group(1)[0] == marker[0] and len(m.group(1)) >= len(marker) \
+                and not m.group(2).strip():
+            fenced.update(range(open_at, i + 1))
+            open_at = None
+    return fenced
 
 
 def _kind(heading: str) -> str:
@@ -105,7 +119,8 @@ def _split_fallback(segments: list[_Segment]) -> list[_Segment]:
 
 
 def _escape_cell(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ").strip()
+    """One table cell: whitespace collapsed (a cell is one line), "|" escaped as GFM does."""
+    return " ".join(value.split()).replace("|", "\\|")
 
 
 def _split_row(line: str) -> list[str] | None:
@@ -115,7 +130,7 @@ def _split_row(line: str) -> list[str] | None:
     cells, cur, i = [], "", 1
     while i < len(body) - 1:
         ch = body[i]
-        if ch == "\\" and i + 1 < len(body) - 1 and body[i + 1] in "|\\":
+        if ch == "\\" and i + 1 < len(body) - 1 and body[i + 1] == "|":
             cur += body[i + 1]
             i += 2
             continue
@@ -133,16 +148,29 @@ def _is_separator(cells: list[str]) -> bool:
     return all(re.fullmatch(r":?-{1,}:?", c) for c in cells)
 
 
+def _data_rows(lines: list[str]) -> list[tuple[int, list[str]]]:
+    """(line number, cells) of the table's data rows in an index section's lines: not the
+    heading, not separators, not a header row (the row followed by a |---| line)."""
+    cells_by_line = [_split_row(line) for line in lines]
+    out = []
+    for n in range(1, len(lines)):
+        cells = cells_by_line[n]
+        if not cells or len(cells) < 2 or _is_separator(cells) or not cells[0]:
+            continue
+        nxt = cells_by_line[n + 1] if n + 1 < len(lines) else None
+        if nxt and _is_separator(nxt):
+            continue
+        out.append((n, cells))
+    return out
+
+
 def _parse_rows(index_text: str) -> list[IndexRow]:
-    rows: list[IndexRow] = []
-    for line in _lines(index_text)[1:]:
-        cells = _split_row(line)
-        if not cells or len(cells) < 2 or _is_separator(cells):
-            continue
-        if cells[0].lower() == "topic" and cells[1].lower().startswith("reference"):
-            continue
-        rows.append(IndexRow(cells[0], cells[1].strip("`")))
-    return rows
+    return [IndexRow(c[0], c[1].strip("`").strip()) for _, c in _data_rows(_lines(index_text))]
+
+
+def _key(topic: str) -> str:
+    """Topics match case- and whitespace-insensitively ("Auth  Flow" is "auth flow")."""
+    return " ".join(topic.split()).lower()
 
 
 class Progress:
@@ -204,19 +232,22 @@ class Progress:
 
     def with_index_row(self, topic: str, path: str) -> Progress:
         """Add the row, or update the path of the row with this topic (case-insensitive)."""
+        if not topic.strip() or not path.strip():
+            raise ValueError("an index row needs a topic and a path")
         nl = self.newline
         row = f"| {_escape_cell(topic)} | {_escape_cell(path)} |{nl}"
         seg = self._first("index")
         if seg is None:
             return self._insert_index(INDEX_HEADING + nl + INDEX_TABLE_HEAD.replace("\n", nl) + row)
         lines = _lines(seg.text)
-        key = topic.strip().lower()
-        for i, line in enumerate(lines[1:], start=1):
-            cells = _split_row(line)
-            if cells and len(cells) >= 2 and cells[0].lower() == key:
-                if cells[1].strip("`") == path.strip():
+        for i, cells in _data_rows(lines):
+            if _key(cells[0]) == _key(topic):
+                if cells[1].strip("`").strip() == path.strip():
                     return self
-                lines[i] = row if line.endswith("\n") else row.rstrip("\r\n")
+                # Keep the row's own topic spelling and any extra columns; change the path.
+                kept = [cells[0], path, *cells[2:]]
+                row = "| " + " | ".join(_escape_cell(c) for c in kept) + " |" + nl
+                lines[i] = row if lines[i].endswith("\n") else row.rstrip("\r\n")
                 return self._replace(seg, "".join(lines))
         return self._replace(seg, _insert_row(lines, row, nl))
 
@@ -224,12 +255,11 @@ class Progress:
         seg = self._first("index")
         if seg is None:
             return self
-        key = topic.strip().lower()
         lines = _lines(seg.text)
-        kept = [line for line in lines if not ((c := _split_row(line)) and c[0].lower() == key)]
-        if len(kept) == len(lines):
+        drop = {i for i, cells in _data_rows(lines) if _key(cells[0]) == _key(topic)}
+        if not drop:
             return self
-        return self._replace(seg, "".join(kept))
+        return self._replace(seg, "".join(x for i, x in enumerate(lines) if i not in drop))
 
     def append_entry(self, block: str) -> Progress:
         """Append a log block at the very end; earlier bytes are never touched."""
@@ -326,7 +356,7 @@ _DATE = re.compile(
     rf"|(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun)[a-z]* +(?:{_MONTHS})[a-z]* +\d{{1,2}}"
     r"(?: +\d{1,2}:\d{2}(?::\d{2})?)?(?: +[A-Z]{2,5})?(?: +\d{4})?"
 )
-_ENTRY_WORD = re.compile(r"\s*\[?\s*(?:iteration|session|story|task)\b", re.IGNORECASE)
+_ENTRY_WORD = re.compile(r"\s*\[?\s*(?:iteration|session|story|task)\s*#?\s*\d", re.IGNORECASE)
 _FALLBACK_START = re.compile(
     r"(?:[-*] +)?\[(?:\d{4}-\d{2}-\d{2}[^\]]*)\]\s*(?:story|task|feature|us-|[A-Z]+-\d)",
     re.IGNORECASE,
@@ -361,9 +391,21 @@ _FILES_LABEL = re.compile(
     r"(?:files?(?:[ _](?:changed|modified|created|touched|updated|added))?|file modificati)\b",
     re.IGNORECASE,
 )
-_LEARN_LABEL = re.compile(r"learnings?\b(?: for future iterations)?", re.IGNORECASE)
+_LEARN_LABEL = re.compile(
+    r"(?:key )?learnings?\b(?: for future iterations)?|lessons? learned|gotchas"
+    r"|notes? for (?:the )?next (?:developer|person|iteration)s?|note per il prossimo",
+    re.IGNORECASE,
+)
 _BULLET = re.compile(r"(\s*)(?:[-*+]|\d+[.)])\s+(.*)")
-_PATHLIKE = re.compile(r"[\w@~.+-]*(?:/[\w@~.+\[\]()-]+)+/?|[\w@~+-][\w@~.+-]*\.[A-Za-z0-9]{1,8}")
+# A file path: a name with an extension, optionally in folders, or a folder ending in "/".
+_EXT_PATH = re.compile(r"(?:[\w@~.+\[\]()-]+/)*[\w@~+\[\]()-][\w@~.+\[\]()-]*\.[A-Za-z]\w{0,7}")
+_DIR_PATH = re.compile(r"(?:[\w@~.+\[\]()-]+/)+")
+# One leading path: "`a.ts`", "a.ts (new)", "a.ts: what changed", "a.ts - what changed".
+_LEAD = re.compile(
+    r"\s*(?:\*\*)?`?([^\s`,;:*]+)`?(?:\*\*)?\s*(?:\([^)]*\))?\s*(?P<tail>(?::|[-–—]\s).*)?$",
+    re.DOTALL,
+)
+_SLASHED = re.compile(r"[\w@~.+-]*(?:/[\w@~.+\[\]()-]+)+/?")
 
 
 def _label(line: str, label: re.Pattern[str]) -> tuple[int, bool, str] | None:
@@ -400,13 +442,15 @@ def _labelled_items(text: str, label: re.Pattern[str]) -> list[str]:
         while i < len(lines):
             line = lines[i]
             if not line.strip():
-                if got:
+                # A blank line ends the list unless the list goes on after it.
+                nxt = next((x for x in lines[i + 1 :] if x.strip()), "")
+                if got and not _continues(nxt, indent, is_bullet):
                     break
                 i += 1
                 continue
             b = _BULLET.match(line)
             deeper = len(line) - len(line.lstrip())
-            if b and (deeper > indent or (not is_bullet and deeper >= indent)):
+            if b and _continues(line, indent, is_bullet):
                 if _label(line, _FILES_LABEL) or _label(line, _LEARN_LABEL):
                     break
                 items.append(b.group(2).rstrip())
@@ -419,18 +463,46 @@ def _labelled_items(text: str, label: re.Pattern[str]) -> list[str]:
     return items
 
 
+def _continues(line: str, indent: int, label_is_bullet: bool) -> bool:
+    """Is `line` an item of the list under a label at `indent`?"""
+    if not _BULLET.match(line):
+        return False
+    deeper = len(line) - len(line.lstrip())
+    return deeper > indent or (not label_is_bullet and deeper >= indent)
+
+
 def extract_learnings(text: str) -> list[str]:
     return _labelled_items(text, _LEARN_LABEL)
+
+
+def _paths_in(item: str) -> list[str]:
+    """Paths named by one "files changed" item: the leading run of comma-separated paths
+    ("src/a.ts, b.ts: did x", "`a.ts` (new)"), else every backticked path, else every bare
+    token that is unmistakably a file (has an extension) or a folder (ends with "/")."""
+    leading: list[str] = []
+    for piece in item.split(","):
+        m = _LEAD.match(piece)
+        if not m or not _is_path(m.group(1)):
+            break
+        leading.append(m.group(1))
+        if m.group("tail"):
+            break  # "a.ts: did x, y" - the rest is prose
+    if leading:
+        return leading
+    ticked = [t.strip() for t in re.findall(r"`([^`]+)`", item)]
+    found = [t for t in ticked if _is_path(t)]
+    if found:
+        return found
+    bare = [t.strip("*:.'\"()") for t in re.split(r"[\s,;]+", item)]
+    return [t for t in bare if _EXT_PATH.fullmatch(t) or _DIR_PATH.fullmatch(t)]
+
+
+def _is_path(token: str) -> bool:
+    return bool(_EXT_PATH.fullmatch(token) or _SLASHED.fullmatch(token))
 
 
 def extract_files(text: str) -> list[str]:
     found: list[str] = []
     for item in _labelled_items(text, _FILES_LABEL):
-        ticked = re.findall(r"`([^`]+)`", item)
-        candidates = [t for t in ticked if _PATHLIKE.fullmatch(t.strip())]
-        if not candidates:
-            bare = re.split(r"[\s,;]+", re.sub(r"\([^)]*\)", " ", item))
-            candidates = [t.strip("*:.'\"") for t in bare]
-            candidates = [t for t in candidates if _PATHLIKE.fullmatch(t)]
-        found.extend(c.strip() for c in candidates)
+        found.extend(_paths_in(item))
     return list(dict.fromkeys(found))
