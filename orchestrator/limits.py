@@ -58,7 +58,7 @@ _MONTHS = ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct",
 _CLAUDE_PIPE = re.compile(r"Claude AI usage limit reached\|(?P<epoch>\d{9,13})")
 _RESETS = re.compile(
     r"(?P<head>(?:[\w-]+ )*limit reached|You" + _APOS + r"ve hit your (?:\w+ )?limit)"
-    r"[^\n]{0,40}?resets\s+(?:at\s+)?"
+    r"[^\n]{0,60}?(?:resets|will reset)\s+(?:at\s+)?"
     r"(?:(?P<mon>[A-Za-z]{3})[a-z]*\.?\s+(?P<day>\d{1,2})(?:st|nd|rd|th)?,?\s+(?:at\s+)?)?"
     + _CLOCK
     + r"(?:\s*\((?P<tz>[A-Za-z_]+(?:/[A-Za-z_+-]+)*|UTC)\))?",
@@ -67,13 +67,13 @@ _RESETS = re.compile(
 _CODEX = re.compile(
     r"You" + _APOS + r"ve hit your usage limit\.[^\n]*?try again "
     r"(?:at\s+(?:(?P<mon>[A-Za-z]{3})[a-z]*\.?\s+(?P<day>\d{1,2})(?:st|nd|rd|th)?,?\s+"
-    r"(?:\d{4}\s+)?)?" + _CLOCK + r"|in\s+(?P<span>[\d\w ,]+?))\s*\.?(?:$|\n|\s*$)",
+    r"(?:\d{4}\s+)?)?" + _CLOCK + r"|in\s+(?P<span>(?:\d+\s*[a-z]+[,\s]*(?:and\s+)?)+))",
     re.IGNORECASE,
 )
 _CODEX_BARE = re.compile(r"You" + _APOS + r"ve hit your usage limit[^\n]*", re.IGNORECASE)
 _HTTP_429 = re.compile(
-    r"[^\n]*(?:Request rejected \(429\)|\b429 Too Many Requests|\"?api_error_status\"?:\s*429"
-    r"|rate_limit_error|API Error: 429)[^\n]*",
+    r"Request rejected \(429\)|\b429 Too Many Requests|\"?api_error_status\"?:\s*429"
+    r"|rate_limit_error|API Error: 429",
     re.IGNORECASE,
 )
 _GEMINI = re.compile(
@@ -110,8 +110,17 @@ def detect(
         return LimitSignal(None, f"api_error_status: 429 {result.error or ''}".strip(), "rate")
     match = _HTTP_429.search(text)
     if match:
-        return LimitSignal(None, match.group(0).strip()[:300], "rate")
+        return LimitSignal(None, _snippet(text, match), "rate")
     return None
+
+
+def _snippet(text: str, match: re.Match[str], before: int = 40, after: int = 160) -> str:
+    """The match with some context from its own line (for logs; whole JSON lines are long)."""
+    line_start = text.rfind("\n", 0, match.start()) + 1
+    line_end = text.find("\n", match.end())
+    line_end = len(text) if line_end == -1 else line_end
+    start = max(line_start, match.start() - before)
+    return text[start:min(line_end, match.end() + after)].strip()
 
 
 def _aware(now: datetime | None) -> datetime:

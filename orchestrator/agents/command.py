@@ -1,0 +1,67 @@
+"""Any CLI named in ralph.yaml: `agents.<name>.command: [prog, arg, ...]`.
+
+The prompt goes on stdin, unless an argv word contains `{prompt_file}` (replaced by the
+prompt file's path) or `{prompt}` (replaced by the prompt text; Linux caps one argv string at
+128 KiB). `{model}` is replaced by `agents.<name>.model`. Output is plain text: there is no
+usage or cost, and the final message is the last ~2000 characters of the output, which is
+where the loop looks for the sentinel. Beware: a CLI that echoes its prompt would echo the
+sentinel's instructions too; ask such CLIs to print only their answer.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from orchestrator.agents.base import Agent, AgentResult, tail
+from orchestrator.errors import ConfigError
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
+FINAL_CHARS = 2000
+
+
+class CommandAgent(Agent):
+    name = "command"
+    binary = ""
+    default_prompt_via = "stdin"
+    stream_json = False
+    reports_usage = False
+    reports_cost = False
+
+    def __init__(self, settings: Any = None) -> None:
+        super().__init__(settings)
+        words = " ".join(self.settings.command or [])
+        if not self.settings.command:
+            raise ConfigError(
+                "ralph.yaml: agents.command.command is missing: give the agent's argv, "
+                'e.g. command: ["aider", "--yes-always", "--message-file", "{prompt_file}"]'
+            )
+        if self.settings.prompt is None:
+            if "{prompt_file}" in words:
+                self.prompt_via = "file"
+            elif "{prompt}" in words:
+                self.prompt_via = "argument"
+
+    def build_argv(self, prompt_file: Path) -> list[str]:
+        values = {"{prompt_file}": str(prompt_file), "{model}": self.model or ""}
+        if any("{prompt}" in w for w in self.command() + self.settings.args):
+            values["{prompt}"] = prompt_file.read_text(encoding="utf-8")
+        argv = []
+        for word in self.command() + self.settings.args:
+            for key, value in values.items():
+                word = word.replace(key, value)
+            argv.append(word)
+        return argv
+
+    def display(self, line: str) -> str | None:
+        text = _ANSI.sub("", line).rstrip()
+        return text or None
+
+    def parse_output(self, output: str, exit_code: int | None) -> AgentResult:
+        text = _ANSI.sub("", output)
+        return AgentResult(final_message=tail(text, FINAL_CHARS) or None, model=self.model)
+
+
+def create(settings: Any = None) -> CommandAgent:
+    return CommandAgent(settings)

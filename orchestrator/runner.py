@@ -1,0 +1,272 @@
+"""Spawn an agent on a real pty, stream its output, enforce timeouts, end its process group.
+
+This is the only module that knows about ptys. Why a pty: coding-agent CLIs behave as in a
+terminal (line-buffered output, no "not a TTY" refusals), and the pty child is a session
+leader, so the agent and everything it starts share one process group that we can end as a
+whole. The prompt reaches stdin as a FILE (through `stdin_exec.py`, never a shell), so the
+agent sees EOF after the prompt instead of waiting on an open pipe.
+
+Lifecycle of `run`: spawn -> read lines (\r stripped) -> each line goes to `on_line` and,
+redacted, to the transcript -> on exit, wall/idle timeout or Ctrl-C, end the whole group:
+SIGTERM, a grace period, then SIGKILL. The group is also ended after a normal exit, so a dev
+server the agent left in the background cannot hold ports or the pty into the next iteration.
+KeyboardInterrupt is not re-raised: the outcome says `interrupted=True` and the caller records
+the iteration, then exits 130.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Literal
+
+import pexpect
+import structlog
+
+from orchestrator import stdin_exec
+from orchestrator.redact import Redactor
+
+if TYPE_CHECKING:
+    from orchestrator.agents.base import Agent, AgentResult
+
+log = structlog.get_logger()
+
+PTY_COLUMNS = 500  # wide, so JSON lines are never wrapped by the terminal
+PTY_ROWS = 50
+GRACE_S = 5.0  # between SIGTERM and SIGKILL
+POLL_S = 0.2
+DRAIN_S = 1.0  # after the agent exits, how long background holders of the pty may keep talking
+EXIT_WAIT_S = 5.0  # after EOF, how long the agent may take to exit before we end it
+
+TimedOut = Literal["wall", "idle"]
+
+
+@dataclass
+class RunOutcome:
+    exit_code: int | None  # negative = killed by that signal (subprocess convention)
+    output: str  # every line, \r stripped, unredacted (adapters parse it)
+    timed_out: TimedOut | None
+    interrupted: bool
+    duration_s: float
+
+
+def run(
+    argv: Sequence[str],
+    *,
+    cwd: Path | str,
+    env: Mapping[str, str] | None = None,
+    stdin_file: Path | str | None = None,
+    transcript_path: Path | str | None = None,
+    on_line: Callable[[str], None] | None = None,
+    wall_timeout: float | None = None,
+    idle_timeout: float | None = None,
+    grace: float = GRACE_S,
+) -> RunOutcome:
+    """Run argv (a list, never a shell string) on a pty; see the module docstring."""
+    if isinstance(argv, str) or not argv:
+        raise ValueError("argv must be a non-empty list of words (no shell strings)")
+    full_env = {**os.environ, **(env or {})}
+    redactor = Redactor(full_env)
+    trampoline = [sys.executable, "-I", "-S", stdin_exec.__file__,
+                  str(stdin_file) if stdin_file is not None else "-", "--", *map(str, argv)]
+    start = time.monotonic()
+    child = pexpect.spawn(
+        trampoline[0], trampoline[1:], cwd=str(cwd), env=full_env, echo=False,
+        encoding="utf-8", codec_errors="replace", dimensions=(PTY_ROWS, PTY_COLUMNS),
+    )
+    log.debug("agent_spawned", pid=child.pid, argv=[redactor(a)[:200] for a in argv])
+    with _open_transcript(transcript_path) as transcript:
+        reader = _LineReader(on_line, transcript, redactor)
+        timed_out, interrupted = None, False
+        try:
+            timed_out = _pump(child, reader, start, wall_timeout, idle_timeout)
+            if timed_out is None:
+                _await_exit(child, EXIT_WAIT_S)
+        except KeyboardInterrupt:
+            interrupted = True
+        finally:
+            # Also on errors in on_line: never leave an agent running behind us.
+            _end_group(child, grace)
+            with contextlib.suppress(Exception):
+                reader.feed(child.read_nonblocking(1 << 20, timeout=0))
+            reader.flush()
+    exit_code = _exit_code(child)
+    outcome = RunOutcome(exit_code, "\n".join(reader.lines), timed_out, interrupted,
+                         round(time.monotonic() - start, 3))
+    log.debug("agent_finished", exit_code=exit_code, timed_out=timed_out,
+              interrupted=interrupted, duration_s=outcome.duration_s)
+    return outcome
+
+
+def run_agent(
+    agent: Agent,
+    prompt_file: Path,
+    *,
+    cwd: Path | str,
+    transcript_path: Path | str | None = None,
+    on_line: Callable[[str], None] | None = None,
+    wall_timeout: float | None = None,
+    idle_timeout: float | None = None,
+    grace: float = GRACE_S,
+) -> tuple[RunOutcome, AgentResult]:
+    """Run one agent on one prompt file; `on_line` gets the agent's readable display lines."""
+    agent.check_available()
+
+    def show(line: str) -> None:
+        shown = agent.display(line)
+        if shown is not None and on_line is not None:
+            on_line(shown)
+
+    outcome = run(
+        agent.argv(Path(prompt_file)), cwd=cwd, env=agent.env(),
+        stdin_file=agent.stdin_file(Path(prompt_file)), transcript_path=transcript_path,
+        on_line=show, wall_timeout=wall_timeout, idle_timeout=idle_timeout, grace=grace,
+    )
+    result = agent.parse(outcome.output, outcome.exit_code)
+    if outcome.timed_out or outcome.interrupted:
+        result.is_error = True
+        why = f"{outcome.timed_out} timeout" if outcome.timed_out else "interrupted"
+        result.error = f"{agent.name} stopped: {why}" + (
+            f"; {result.error}" if result.error else "")
+    return outcome, result
+
+
+class _LineReader:
+    """Turns pty chunks into lines; each line goes to on_line and the transcript."""
+
+    def __init__(self, on_line: Callable[[str], None] | None, transcript: IO[str] | None,
+                 redactor: Redactor) -> None:
+        self.on_line, self.transcript, self.redactor = on_line, transcript, redactor
+        self.lines: list[str] = []
+        self.partial = ""
+
+    def feed(self, chunk: str) -> None:
+        if not chunk:
+            return
+        *complete, self.partial = (self.partial + chunk).split("\n")
+        for line in complete:
+            self._emit(line)
+
+    def flush(self) -> None:
+        if self.partial:
+            line, self.partial = self.partial, ""
+            self._emit(line)
+
+    def _emit(self, raw: str) -> None:
+        line = raw.rstrip("\r")
+        if "\r" in line:  # a progress bar redrawn in place: keep what a terminal would show
+            line = line.rsplit("\r", 1)[1]
+        self.lines.append(line)
+        if self.transcript is not None:
+            self.transcript.write(self.redactor(line) + "\n")
+            self.transcript.flush()
+        if self.on_line is not None:
+            try:
+                self.on_line(line)
+            except Exception:  # a display bug must not kill the agent run
+                log.exception("on_line_failed")
+
+
+@contextlib.contextmanager
+def _open_transcript(path: Path | str | None):
+    if path is None:
+        yield None
+        return
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8", errors="replace") as f:
+        yield f
+
+
+def _pump(child: pexpect.spawn, reader: _LineReader, start: float,
+          wall_timeout: float | None, idle_timeout: float | None) -> TimedOut | None:
+    """Read until EOF or a timeout; returns which timeout fired, if any."""
+    last_output = time.monotonic()
+    exited_at: float | None = None
+    while True:
+        now = time.monotonic()
+        if wall_timeout is not None and now - start >= wall_timeout:
+            return "wall"
+        if idle_timeout is not None and now - last_output >= idle_timeout:
+            return "idle"
+        if exited_at is None and not child.isalive():
+            exited_at = now
+        if exited_at is not None and now - exited_at >= DRAIN_S and now - last_output >= DRAIN_S:
+            return None  # the agent is gone; something it left behind holds the pty open
+        try:
+            chunk = child.read_nonblocking(65536, timeout=POLL_S)
+        except pexpect.TIMEOUT:
+            continue
+        except pexpect.EOF:
+            return None
+        last_output = time.monotonic()
+        reader.feed(chunk)
+
+
+def _await_exit(child: pexpect.spawn, limit: float) -> None:
+    """After EOF the agent usually exits at once; give it a moment before ending the group."""
+    deadline = time.monotonic() + limit
+    while child.isalive() and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def _group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes in group pgid; uses /proc, else kill(0) as a probe."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        try:
+            os.killpg(pgid, 0)
+        except (ProcessLookupError, PermissionError):
+            return []
+        return [pgid]
+    members = []
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[-1].split()
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
+            members.append(int(entry.name))
+    return members
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def _end_group(child: pexpect.spawn, grace: float) -> None:
+    """SIGTERM the agent's whole process group, wait up to `grace`, then SIGKILL it."""
+    pgid = child.pid  # the pty child is a session and group leader: pgid == pid
+    if not _group_members(pgid) and not child.isalive():
+        return
+    _signal_group(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        child.isalive()  # reaps the direct child once it exits
+        if not _group_members(pgid):
+            return
+        time.sleep(0.05)
+    log.debug("agent_group_killed", pgid=pgid)
+    _signal_group(pgid, signal.SIGKILL)
+    for _ in range(40):
+        child.isalive()
+        if not _group_members(pgid):
+            return
+        time.sleep(0.05)
+
+
+def _exit_code(child: pexpect.spawn) -> int | None:
+    with contextlib.suppress(Exception):
+        child.close(force=True)
+    if child.signalstatus is not None:
+        return -int(child.signalstatus)
+    return child.exitstatus

@@ -1,0 +1,161 @@
+from __future__ import annotations
+
+import json
+import sys
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from orchestrator.agents.base import AgentResult
+from orchestrator.limits import LimitSignal, detect, is_transient
+
+sys.path.insert(0, str(Path(__file__).parent / "fakes"))
+from install import fixtures_dir  # noqa: E402
+
+UTC = timezone.utc
+LA = ZoneInfo("America/Los_Angeles")
+# Monday 30 Nov 2026, 14:00 UTC (06:00 in Los Angeles).
+NOW = datetime(2026, 11, 30, 14, 0, tzinfo=UTC)
+FIX = fixtures_dir()
+needs_fixtures = pytest.mark.skipif(FIX is None, reason="shared/fixtures not found")
+
+
+def test_rate_limit_event_rejected_uses_resets_at_epoch():
+    line = json.dumps({"type": "rate_limit_event", "rate_limit_info": {
+        "status": "rejected", "resetsAt": 1796083200, "rateLimitType": "five_hour"}})
+    sig = detect("noise\n" + line + "\n", now=NOW)
+    assert sig is not None and sig.kind == "usage"
+    assert sig.reset_at == datetime.fromtimestamp(1796083200, UTC)
+    assert "rate_limit_event" in sig.raw
+
+
+def test_rate_limit_event_allowed_is_no_limit():
+    line = json.dumps({"type": "rate_limit_event", "rate_limit_info": {
+        "status": "allowed_warning", "resetsAt": 1796083200}})
+    assert detect(line, now=NOW) is None
+
+
+def test_claude_pipe_epoch_seconds_and_millis():
+    sig = detect("Claude AI usage limit reached|1796083200", now=NOW)
+    assert sig.reset_at == datetime(2026, 12, 1, 0, 0, tzinfo=UTC)
+    sig_ms = detect("Claude AI usage limit reached|1796083200000", now=NOW)
+    assert sig_ms.reset_at == sig.reset_at
+
+
+def test_five_hour_limit_resets_later_today_in_local_zone_of_now():
+    sig = detect("5-hour limit reached ∙ resets 9pm", now=NOW)
+    assert sig.reset_at == datetime(2026, 11, 30, 21, 0, tzinfo=UTC)
+
+
+def test_five_hour_limit_time_already_past_means_tomorrow():
+    late = datetime(2026, 11, 30, 22, 30, tzinfo=UTC)
+    sig = detect("5-hour limit reached ∙ resets 9pm", now=late)
+    assert sig.reset_at == datetime(2026, 12, 1, 21, 0, tzinfo=UTC)
+
+
+def test_hit_your_limit_with_named_zone():
+    sig = detect("You've hit your limit · resets 7pm (America/Los_Angeles)", now=NOW)
+    assert sig.reset_at == datetime(2026, 11, 30, 19, 0, tzinfo=LA)
+    assert sig.reset_at.astimezone(UTC) == datetime(2026, 12, 1, 3, 0, tzinfo=UTC)
+    assert sig.wait_seconds(NOW) == 13 * 3600
+
+
+def test_typographic_apostrophe_and_minutes():
+    sig = detect("You\u2019ve hit your limit · resets 7:30am (America/Los_Angeles)", now=NOW)
+    # 06:00 in LA now, so 07:30 is today.
+    assert sig.reset_at == datetime(2026, 11, 30, 7, 30, tzinfo=LA)
+
+
+def test_old_claude_wording_will_reset_at():
+    sig = detect("Claude usage limit reached. Your limit will reset at 5pm (UTC).", now=NOW)
+    assert sig.reset_at == datetime(2026, 11, 30, 17, 0, tzinfo=UTC)
+
+
+def test_weekly_limit_with_date():
+    sig = detect("Opus weekly limit reached ∙ resets Dec 3, 10am", now=NOW)
+    assert sig.reset_at == datetime(2026, 12, 3, 10, 0, tzinfo=UTC)
+
+
+def test_codex_usage_limit_try_again_at():
+    text = ("You've hit your usage limit. Upgrade to Pro (https://openai.com/chatgpt/pricing), "
+            "visit https://chatgpt.com/codex/settings/usage to purchase more credits or try "
+            "again at 12:16 PM.")
+    sig = detect(text, now=NOW)
+    assert sig.reset_at == datetime(2026, 11, 30, 12, 16, tzinfo=UTC) + timedelta(days=1)
+    sig2 = detect(text, now=datetime(2026, 11, 30, 9, 0, tzinfo=UTC))
+    assert sig2.reset_at == datetime(2026, 11, 30, 12, 16, tzinfo=UTC)
+
+
+def test_codex_usage_limit_try_again_in_span():
+    sig = detect("You've hit your usage limit. Try again in 2 days 3 hours 5 minutes.", now=NOW)
+    assert sig.reset_at == NOW + timedelta(days=2, hours=3, minutes=5)
+
+
+def test_codex_usage_limit_without_time():
+    sig = detect("■ You've hit your usage limit.", now=NOW)
+    assert sig is not None and sig.reset_at is None
+
+
+@needs_fixtures
+def test_recorded_claude_429_is_a_limit_with_unknown_reset():
+    text = (FIX / "claude-code" / "rate-limited-429.stream.jsonl").read_text()
+    sig = detect(text, now=NOW)
+    assert sig is not None and sig.kind == "rate" and sig.reset_at is None
+    assert "429" in sig.raw
+
+
+def test_http_status_429_on_result():
+    result = AgentResult(is_error=True, error="boom", http_status=429)
+    sig = detect("", now=NOW, result=result)
+    assert sig is not None and sig.reset_at is None and sig.kind == "rate"
+
+
+def test_gemini_resource_exhausted_with_retry_delay():
+    text = ('[API Error: {"error":{"code":429,"message":"Quota exceeded for quota metric '
+            '\'Gemini 2.5 Pro Requests\'","status":"RESOURCE_EXHAUSTED","details":'
+            '[{"retryDelay": "37s"}]}}]')
+    sig = detect(text, now=NOW)
+    assert sig.kind == "quota" and sig.reset_at == NOW + timedelta(seconds=37)
+
+
+def test_amp_out_of_credits():
+    sig = detect("Error: You are out of credits. Add credits at ampcode.com/settings", now=NOW)
+    assert sig is not None and sig.reset_at is None
+
+
+@pytest.mark.parametrize("text", [
+    "",
+    "Fixed the rate limiter; all tests pass. <promise>COMPLETE</promise>",
+    "The token bucket resets at 9pm in the docs",
+    '{"type":"result","is_error":false,"result":"done"}',
+])
+def test_ordinary_text_is_no_limit(text):
+    assert detect(text, now=NOW) is None
+
+
+def test_signal_serialises_for_the_ledger():
+    sig = detect("5-hour limit reached ∙ resets 9pm", now=NOW)
+    d = sig.to_dict()
+    assert d["reset_at"] == "2026-11-30T21:00:00+00:00" and d["kind"] == "usage"
+    assert isinstance(LimitSignal(None, "x").to_dict()["raw"], str)
+
+
+def test_now_default_is_aware():
+    sig = detect("5-hour limit reached ∙ resets 9pm")
+    assert sig.reset_at.tzinfo is not None
+    assert 0 < sig.wait_seconds() <= 24 * 3600
+
+
+@pytest.mark.parametrize(("result", "output", "expected"), [
+    (AgentResult(is_error=True, final_message="No messages returned"), "", True),
+    (AgentResult(is_error=True, error="API Error: 529 overloaded_error"), "", True),
+    (AgentResult(is_error=True, http_status=500), "", True),
+    (None, "Error: API Error: 503 Service Unavailable", True),
+    (AgentResult(is_error=True, http_status=429, error="Request rejected (429)"), "", False),
+    (AgentResult(final_message="No messages returned"), "", False),  # not an error
+    (AgentResult(), '{"type":"user","content":"Overloaded servers are a topic"}', False),
+])
+def test_is_transient(result, output, expected):
+    assert is_transient(result, output) is expected
