@@ -199,7 +199,9 @@ class _Validator:
             base = ("userStories",)
             if "userStories" not in data:
                 other = [k for k in _FOREIGN_LIST_KEYS if isinstance(data.get(k), list)]
-                hint = f' (found "{other[0]}": if those are Ralph stories, rename it)' * bool(other)
+                hint = ""
+                if other:
+                    hint = f' (found "{other[0]}": if those are Ralph stories, rename it)'
                 raise self.fail((), f'has no "userStories" list{hint}',
                                 'add "userStories": [ {"id": "US-001", "title": ...} ]')
             items = data["userStories"]
@@ -291,6 +293,13 @@ class _Validator:
         return list(value)
 
 
+def _syntax_hint(doc: str, pos: int) -> str:
+    before = doc[:pos].rstrip()
+    if before.endswith(",") and doc[pos : pos + 1] in ("]", "}"):
+        return "remove the trailing comma before it (JSON does not allow one)"
+    return "correct the syntax there (a missing comma, quote or bracket is the usual cause)"
+
+
 def _missing_or_bad(item: dict, key: str, want: str) -> str:
     return "is missing" if key not in item else f"must be {want}, got {_show(item[key])}"
 
@@ -332,13 +341,15 @@ class Prd:
     @classmethod
     def parse(cls, text: str, path: Path) -> Prd:
         offset = 1 if text.startswith("\ufeff") else 0  # a BOM is kept, but json rejects it
+        if not text[offset:].strip():
+            raise InputError(f"{path}: is empty. Fix: write the PRD as JSON "
+                             '({"userStories": [...]}) or run `ralph init` for an example')
         try:
             data = json.loads(text[offset:])
         except json.JSONDecodeError as e:
             raise InputError(
                 f"{path}:{e.lineno}:{e.colno + (offset if e.lineno == 1 else 0)}: invalid JSON: "
-                f"{e.msg}. Fix: correct the syntax there (a missing comma, quote or bracket is "
-                "the usual cause); nothing was changed"
+                f"{e.msg}. Fix: {_syntax_hint(e.doc, e.pos)}; nothing was changed"
             ) from None
         except RecursionError:
             raise InputError(f"{path}: JSON is nested too deeply to read") from None
