@@ -10,6 +10,7 @@ learnings, index rows) is read from the segments and never written back from a r
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -223,6 +224,13 @@ class Progress:
 
     @property
     def entries(self) -> list[Entry]:
+        """The log's entries in file order (a copy; reading them is cached)."""
+        return list(self._entries)
+
+    @functools.cached_property
+    def _entries(self) -> list[Entry]:
+        # A Progress never changes after construction (changes build a new one), so caching
+        # is safe; extraction is the costly part of reading a long log.
         return [_entry(s.text) for s in self._segments if s.kind == "entry"]
 
     def _first(self, kind: str) -> _Segment | None:
@@ -408,16 +416,20 @@ _LEAD = re.compile(
 _SLASHED = re.compile(r"[\w@~.+-]*(?:/[\w@~.+\[\]()-]+)+/?")
 
 
+_LABEL_LEAD = re.compile(r"(\s*)([-*+] +)?(#{1,6} +)?(\*\*|__)?")
+_LABEL_TAIL = re.compile(r"\s*(?:\*\*|__)?\s*:\s*(?:\*\*|__)?|\s*(?:\*\*|__)\s*$|\s*$")
+
+
 def _label(line: str, label: re.Pattern[str]) -> tuple[int, bool, str] | None:
     """(indent, is_bullet, inline rest) if the line is `label:` as bullet, bold or heading."""
-    m = re.match(r"(\s*)([-*+] +)?(#{1,6} +)?(\*\*|__)?", line)
-    assert m
+    m = _LABEL_LEAD.match(line)
+    assert m  # every part is optional
     rest = line[m.end() :]
     lm = label.match(rest)
     if not lm:
         return None
     tail = rest[lm.end() :]
-    tm = re.match(r"\s*(?:\*\*|__)?\s*:\s*(?:\*\*|__)?|\s*(?:\*\*|__)\s*$|\s*$", tail)
+    tm = _LABEL_TAIL.match(tail)
     if not tm or (not m.group(3) and ":" not in tail[: tm.end()] and tail.strip()):
         return None
     if not m.group(3) and ":" not in tail[: tm.end()]:
@@ -442,9 +454,10 @@ def _labelled_items(text: str, label: re.Pattern[str]) -> list[str]:
         while i < len(lines):
             line = lines[i]
             if not line.strip():
-                # A blank line ends the list unless the list goes on after it.
+                # A blank line ends the list unless the list goes on after it; right after
+                # a bare label ("### Files Changed" + blank) the list has yet to start.
                 nxt = next((x for x in lines[i + 1 :] if x.strip()), "")
-                if got and not _continues(nxt, indent, is_bullet):
+                if (got and not _continues(nxt, indent, is_bullet)) or (inline and not got):
                     break
                 i += 1
                 continue

@@ -283,3 +283,43 @@ def test_save_through_fsutil_is_byte_exact(tmp_path: Path) -> None:
     added, removed = added_and_removed(raw.decode(), written.decode())
     assert removed == [] and "| A | a.md |\r\n" in added
     assert Progress.load(path).render().encode() == written
+
+
+@pytest.mark.parametrize(
+    ("block", "files"),
+    [
+        ("**Files:** a.ts, b/c.tsx\n\n- other.ts is not a file entry\n", ["a.ts", "b/c.tsx"]),
+        ("### Files Changed\n\n- x/a.ts\n- b.ts (new)\n\n### Next\n- c.ts\n", ["x/a.ts", "b.ts"]),
+        ("- Files changed:\n  - package.json: add `tailwindcss@4.2.4`\n  - `src/x.ts` - y\n",
+         ["package.json", "src/x.ts"]),
+        ("- Files changed: `a/b.ts`, `c.md`\n", ["a/b.ts", "c.md"]),
+        ("- Files modified:\n  1. Modified src/foo.ts to add x\n", ["src/foo.ts"]),
+        ("- Files changed: none (just PRD update)\n", []),
+        ("- Files changed: API service, scheduled/manual jobs\n", []),
+        ("Files:\n  - app/x.rb\n  - config/y.yml\nTests: PASSING\n- z.rb\n",
+         ["app/x.rb", "config/y.yml"]),
+        ("- File structure:\n  - src/not-this.ts\n", []),
+        ("- Files changed:\n  - `backend/alembic/`\n", ["backend/alembic/"]),
+    ],
+)
+def test_files_changed_extraction(block: str, files: list[str]) -> None:
+    entry = Progress.parse("## 2026-01-01 - US-001\n" + block).entries[0]
+    assert entry.files_changed == files
+
+
+@pytest.mark.parametrize(
+    ("block", "learnings"),
+    [
+        ("- **Learnings for future iterations:**\n  - A\n  - B\n    wrapped\n---\n",
+         ["A", "B\nwrapped"]),
+        ("Learnings:\n- A\n- B\n\n[next]\n", ["A", "B"]),
+        ("### Learnings for Future Iterations\n\n- A\n\n- B\n\n## not reached\n", ["A", "B"]),
+        ("**Notes for next developer:**\n- Use X\n", ["Use X"]),
+        ("- **Learning:** The classifier was fine\n", ["The classifier was fine"]),
+        ("- Learnings are great but this is prose\n", []),
+        ("- **Learnings:**\n  - `cmd --flag` works | with pipes\n- Files changed: a.ts\n",
+         ["`cmd --flag` works | with pipes"]),
+    ],
+)
+def test_learnings_extraction(block: str, learnings: list[str]) -> None:
+    assert Progress.parse("## 2026-01-01 - US-001\n" + block).entries[0].learnings == learnings
