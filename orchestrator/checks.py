@@ -1,0 +1,494 @@
+"""After every story: did the agent leave the project in a state the next iteration can trust?
+
+`snapshot(project)` records what matters before the agent runs; `verify(snap, project, story)`
+compares afterwards and returns a `CheckReport` of findings (kind, severity, message, fix).
+
+What is checked: which stories flipped to `passes: true` (more than one is suspicious);
+prd.json is still valid and still lists every story; progress.txt gained an entry for the
+story; nothing that existed in progress.txt was deleted or altered outside the index table;
+the index table parses; every row points to an existing file inside the references folder;
+every reference created or changed has a row; a passed story was committed and left a clean
+working tree.
+
+Users' history is precious, so losses are repaired, not just reported: lost progress.txt
+lines are put back (the agent's additions are kept after them), a deleted reference or
+progress.txt is restored, a broken prd.json is replaced by the snapshot (with the story's
+pass kept when it can be). The agent's version is saved under `<log dir>/backups/` first and
+the report says `restored: true`. Every write is atomic.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import difflib
+import re
+import shutil
+import subprocess
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import structlog
+
+from orchestrator import fsutil
+from orchestrator.errors import InputError, PathEscapeError
+from orchestrator.prd import Prd, Story
+from orchestrator.progress import Progress
+
+if TYPE_CHECKING:
+    from orchestrator.project import Project
+    from orchestrator.references import ReferenceStore
+
+log = structlog.get_logger()
+
+Severity = Literal["error", "warning", "info"]
+_LINE = re.compile(r"[^\n]*\n|[^\n]+\Z")
+
+
+@dataclass
+class Finding:
+    kind: str
+    severity: Severity
+    message: str
+    fix: str = ""
+    path: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    taken_at: str
+    prd_text: str | None                 # None: prd.json did not exist
+    progress_text: str | None            # None: progress.txt did not exist
+    references: dict[str, bytes]         # index path ("ralph/references/x.md") -> bytes
+    head: str | None                     # git HEAD, None outside git or before a first commit
+    dirty: frozenset[str]                # paths `git status` already showed before the agent
+    in_git: bool
+
+
+@dataclass
+class CheckReport:
+    story_id: str
+    story_passed: bool = False
+    flipped: list[str] = field(default_factory=list)      # passes false -> true, file order
+    reverted: list[str] = field(default_factory=list)     # passes true -> false
+    findings: list[Finding] = field(default_factory=list)
+    restored: bool = False
+    restored_files: list[str] = field(default_factory=list)
+    backups: list[str] = field(default_factory=list)      # the agent's versions, kept in logs
+    updated_references: list[str] = field(default_factory=list)
+    new_entries: int = 0
+    head_before: str | None = None
+    head_after: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """No error-level finding (warnings and repairs alone keep a story ok)."""
+        return not any(f.severity == "error" for f in self.findings)
+
+    def errors(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == "error"]
+
+    def warnings(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == "warning"]
+
+    def add(self, kind: str, severity: Severity, message: str, fix: str = "",
+            path: str | None = None) -> None:
+        self.findings.append(Finding(kind, severity, message, fix, path))
+
+    def fix_notes(self) -> list[str]:
+        """One short line per error/warning, for the next prompt when checks policy is retry."""
+        notes = []
+        for f in self.findings:
+            if f.severity == "info":
+                continue
+            notes.append(f"{f.message}. Fix: {f.fix}" if f.fix else f.message)
+        return notes
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ledger's `checks` object."""
+        return {
+            "ok": self.ok,
+            "story_id": self.story_id,
+            "story_passed": self.story_passed,
+            "flipped": self.flipped,
+            "reverted": self.reverted,
+            "restored": self.restored,
+            "restored_files": self.restored_files,
+            "backups": self.backups,
+            "updated_references": self.updated_references,
+            "new_entries": self.new_entries,
+            "head_before": self.head_before,
+            "head_after": self.head_after,
+            "errors": len(self.errors()),
+            "warnings": len(self.warnings()),
+            "findings": [f.to_dict() for f in self.findings],
+        }
+
+
+# --------------------------------------------------------------------------- git
+
+def _git(project: Project, *args: str) -> str | None:
+    git = shutil.which("git")
+    if git is None or not project.in_git:
+        return None
+    try:
+        out = subprocess.run([git, *args], cwd=project.root, capture_output=True, text=True,
+                             timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout if out.returncode == 0 else None
+
+
+def git_head(project: Project) -> str | None:
+    out = _git(project, "rev-parse", "--verify", "-q", "HEAD")
+    return out.strip() or None if out else None
+
+
+def git_dirty(project: Project) -> frozenset[str]:
+    """Paths git reports as modified/untracked (ignored files excluded by git itself)."""
+    out = _git(project, "status", "--porcelain=v1", "-z", "--untracked-files=all")
+    if not out:
+        return frozenset()
+    paths: set[str] = set()
+    items = out.split("\0")
+    i = 0
+    while i < len(items):
+        item = items[i]
+        if len(item) > 3:
+            paths.add(item[3:])
+            if item[0] in "RC":  # a rename's source follows as its own item
+                i += 1
+        i += 1
+    return frozenset(paths)
+
+
+# --------------------------------------------------------------------------- snapshot
+
+def _read_or_none(path: Path) -> str | None:
+    try:
+        return fsutil.read_text(path)
+    except (FileNotFoundError, IsADirectoryError):
+        return None
+
+
+def _reference_bytes(project: Project) -> dict[str, bytes]:
+    store = project.references
+    return {store.index_path_of(p): p.read_bytes() for p in store.files()}
+
+
+def snapshot(project: Project) -> Snapshot:
+    """What verify() compares against; take it right before the agent runs."""
+    return Snapshot(
+        taken_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        prd_text=_read_or_none(project.prd_path),
+        progress_text=_read_or_none(project.progress_path),
+        references=_reference_bytes(project),
+        head=git_head(project),
+        dirty=git_dirty(project),
+        in_git=project.in_git,
+    )
+
+
+# --------------------------------------------------------------------------- repairs
+
+def _backup_agent_version(project: Project, report: CheckReport, path: Path) -> None:
+    """Keep the agent's version of a file we are about to repair, under <logs>/backups/."""
+    if not path.is_file():
+        return
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
+    folder = project.logs_dir / "backups"
+    target = folder / f"{stamp}-{report.story_id}-{path.name}"
+    n = 1
+    while target.exists():
+        target = folder / f"{stamp}-{report.story_id}-{n}-{path.name}"
+        n += 1
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(path, target)
+    report.backups.append(project.rel(target))
+
+
+def _restore(project: Project, report: CheckReport, path: Path, data: str | bytes) -> None:
+    _backup_agent_version(project, report, path)
+    if isinstance(data, str):
+        fsutil.atomic_write_text(path, data)
+    else:
+        fsutil.atomic_write_bytes(path, data)
+    report.restored = True
+    report.restored_files.append(project.rel(path))
+    log.warning("checks.restored", path=str(path), story=report.story_id)
+
+
+# --------------------------------------------------------------------------- prd.json
+
+def _check_prd(snap: Snapshot, project: Project, report: CheckReport) -> None:
+    if snap.prd_text is None:
+        report.add("prd_missing", "error", "prd.json did not exist before the iteration",
+                   "create it (`ralph init`)", project.rel(project.prd_path))
+        return
+    before = Prd.parse(snap.prd_text, project.prd_path)
+    now_text = _read_or_none(project.prd_path)
+    shown = project.rel(project.prd_path)
+    if now_text is None:
+        report.add("prd_deleted", "error", "the agent deleted prd.json; it was restored",
+                   "never delete prd.json; only set the story's passes to true", shown)
+        _restore(project, report, project.prd_path, snap.prd_text)
+        return
+    try:
+        after = Prd.parse(now_text, project.prd_path)
+    except InputError as exc:
+        report.add("prd_invalid", "error", f"prd.json was left invalid ({exc}); the previous "
+                   "version was restored", "edit prd.json only to set passes: true, keeping "
+                   "it valid JSON", shown)
+        _restore(project, report, project.prd_path, snap.prd_text)
+        return
+    _compare_stories(before, after, project, report)
+
+
+def _compare_stories(before: Prd, after: Prd, project: Project, report: CheckReport) -> None:
+    old = {s.id: s.passes for s in before.stories}
+    new = {s.id: s.passes for s in after.stories}
+    report.flipped = [s.id for s in after.stories if s.passes and old.get(s.id) is False]
+    report.reverted = [i for i, p in old.items() if p and new.get(i) is False]
+    report.story_passed = new.get(report.story_id, False) and not old.get(report.story_id, False)
+    shown = project.rel(project.prd_path)
+    removed = [i for i in old if i not in new]
+    if removed:
+        report.add("stories_removed", "error", f"prd.json lost stories {', '.join(removed)}; "
+                   "the previous prd.json was restored (passes kept)",
+                   "never remove stories from prd.json", shown)
+        for sid in report.flipped:
+            if sid in old:
+                before.mark_passed(sid)
+        _restore(project, report, project.prd_path, before.render())
+    others = [i for i in report.flipped if i != report.story_id]
+    if others:
+        report.add("several_passed", "warning",
+                   f"stories other than {report.story_id} were marked passing: "
+                   f"{', '.join(others)}", "implement one story per iteration", shown)
+    if report.reverted:
+        report.add("passes_reverted", "warning",
+                   f"stories went back to passes: false: {', '.join(report.reverted)}",
+                   "leave other stories' passes as they are", shown)
+    if not report.story_passed:
+        report.add("not_passed", "info", f"{report.story_id} is not marked passing", "", shown)
+
+
+# --------------------------------------------------------------------------- progress.txt
+
+def _lines(text: str) -> list[str]:
+    return _LINE.findall(text)
+
+
+def _index_lines(text: str) -> range:
+    """Line numbers of the Progress Index section in `text` (empty when there is none)."""
+    progress = Progress.parse(text)
+    if not progress.has_index:
+        return range(0)
+    start = text.find(progress.index_text)
+    first = text.count("\n", 0, start)
+    return range(first, first + len(_lines(progress.index_text)))
+
+
+def _trivial(line: str) -> bool:
+    return line.strip() in ("", "---", "***", "___")
+
+
+def _anchors(matcher: difflib.SequenceMatcher, a: list[str]) -> list[Any]:
+    """Matching blocks, minus those made only of blank/separator lines: matching an old
+    entry's closing "---" to the agent's new one would splice the new entry into the old."""
+    return [m for m in matcher.get_matching_blocks()
+            if m.size == 0 or any(not _trivial(a[k]) for k in range(m.a, m.a + m.size))]
+
+
+def merge_history(old: str, new: str) -> tuple[str, list[str]]:
+    """(old history with the new material added, old lines the new text lost).
+
+    Lines may be inserted anywhere and the index section may change freely; any other old
+    line that is gone (or changed) is put back in place, just before what replaced it.
+    Whitespace at line ends, blank lines and "---" separators alone do not count as history.
+    """
+    if new.startswith(old):
+        return new, []
+    a, b = _lines(old), _lines(new)
+    # The index may be edited in place, but dropping the whole section loses its rows.
+    index = _index_lines(old) if Progress.parse(new).has_index else range(0)
+    matcher = difflib.SequenceMatcher(
+        None, [x.rstrip() for x in a], [x.rstrip() for x in b], autojunk=False
+    )
+    out: list[str] = []
+    lost: list[str] = []
+    i = j = 0
+    for block in _anchors(matcher, a):
+        kept = [a[k] for k in range(i, block.a) if k not in index]
+        lost += [x for x in kept if not _trivial(x)]
+        out += kept + b[j:block.b] + b[block.b:block.b + block.size]
+        i, j = block.a + block.size, block.b + block.size
+    nl = "\r\n" if "\r\n" in new else "\n"
+    fixed = [x if x.endswith("\n") or n == len(out) - 1 else x + nl for n, x in enumerate(out)]
+    return "".join(fixed), lost
+
+
+def _check_progress(snap: Snapshot, project: Project, report: CheckReport) -> Progress | None:
+    path, shown = project.progress_path, project.rel(project.progress_path)
+    now = _read_or_none(path)
+    if now is None:
+        if snap.progress_text is not None:
+            report.add("progress_deleted", "error", "the agent deleted progress.txt; it was "
+                       "restored", "never delete progress.txt; append to it", shown)
+            _restore(project, report, path, snap.progress_text)
+            return Progress.parse(snap.progress_text)
+        report.add("progress_missing", "error", "progress.txt does not exist",
+                   "append your progress entry to progress.txt", shown)
+        return None
+    if snap.progress_text is not None:
+        merged, lost = merge_history(snap.progress_text, now)
+        if lost:
+            report.add("history_lost", "error",
+                       f"{len(lost)} line(s) of earlier progress.txt history were deleted or "
+                       "altered; they were restored and your additions kept",
+                       "only append to progress.txt and edit only the index table", shown)
+            _restore(project, report, path, merged)
+            now = merged
+    progress = Progress.parse(now)
+    _check_entry(snap, progress, report, shown)
+    return progress
+
+
+def _check_entry(snap: Snapshot, progress: Progress, report: CheckReport, shown: str) -> None:
+    old = {e.text for e in Progress.parse(snap.progress_text or "").entries}
+    new = [e for e in progress.entries if e.text not in old]
+    report.new_entries = len(new)
+    sid = report.story_id.lower()
+    mine = [e for e in new if sid in e.heading.lower()
+            or sid in (i.lower() for i in e.story_ids)]
+    if report.story_passed and not mine:
+        report.add("no_progress_entry", "error",
+                   f"progress.txt gained no entry for {report.story_id}",
+                   f"append '## <date> - {report.story_id}' with what was done, files changed "
+                   "and learnings", shown)
+
+
+# --------------------------------------------------------------------------- references
+
+def _check_references(snap: Snapshot, project: Project, report: CheckReport,
+                      progress: Progress | None) -> None:
+    store = project.references
+    after = _reference_bytes(project)
+    for index_path, data in snap.references.items():
+        if index_path not in after:
+            report.add("reference_deleted", "warning", f"reference {index_path} was deleted; "
+                       "it was restored", "update references instead of deleting them "
+                       "(`ralph compact` retires stale ones)", index_path)
+            _restore(project, report, store.resolve(index_path), data)
+    changed = sorted(p for p, d in after.items() if snap.references.get(p) != d)
+    report.updated_references = changed
+    if progress is None:
+        return
+    old_rows = {(r.topic, r.path) for r in Progress.parse(snap.progress_text or "").index_rows}
+    indexed = _check_rows(progress, store, old_rows, report)
+    for index_path in changed:
+        if store.resolve(index_path) not in indexed:
+            report.add("reference_unindexed", "error",
+                       f"reference {index_path} has no row in the Progress Index",
+                       f"add '| <Topic> | {index_path} |' to the index table in progress.txt",
+                       index_path)
+
+
+def _check_rows(progress: Progress, store: ReferenceStore, old_rows: set[tuple[str, str]],
+                report: CheckReport) -> set[Path]:
+    """Validate the index table; return the files its rows point to."""
+    _check_table_syntax(progress, report)
+    indexed: set[Path] = set()
+    seen: set[str] = set()
+    for row in progress.index_rows:
+        # Rows the agent added or changed are its errors; older ones are only reminders.
+        severity: Severity = "warning" if (row.topic, row.path) in old_rows else "error"
+        if row.topic.lower() in seen:
+            report.add("index_duplicate_topic", "warning", f"index topic '{row.topic}' appears "
+                       "more than once", "keep one row per topic", row.path)
+        seen.add(row.topic.lower())
+        try:
+            target = store.resolve(row.path)
+        except PathEscapeError as exc:
+            report.add("index_path_escapes", severity, str(exc),
+                       f"point the row at a file under {store.rel_dir}/", row.path)
+            continue
+        if not target.is_file():
+            report.add("index_missing_file", severity, f"index row '{row.topic}' points to "
+                       f"{row.path}, which does not exist",
+                       "create the file or fix the row's path", row.path)
+            continue
+        indexed.add(target)
+    return indexed
+
+
+def _check_table_syntax(progress: Progress, report: CheckReport) -> None:
+    for n, line in enumerate(_lines(progress.index_text)[1:], start=2):
+        body = line.strip()
+        if body.startswith("|") and (not body.endswith("|") or body.count("|") < 3):
+            report.add("index_malformed", "error",
+                       f"Progress Index line {n} is not a table row: {body[:80]!r}",
+                       "write rows as '| Topic | ralph/references/<file>.md |'")
+
+
+# --------------------------------------------------------------------------- git
+
+def _check_git(snap: Snapshot, project: Project, report: CheckReport, title: str) -> None:
+    report.head_before = snap.head
+    report.head_after = git_head(project)
+    if not snap.in_git:
+        report.add("no_git", "info", "not a git repository: commit checks skipped")
+        return
+    moved = report.head_after is not None and report.head_after != snap.head
+    if not report.story_passed:
+        if moved:
+            report.add("commit_without_pass", "info",
+                       f"commits were made but {report.story_id} is not marked passing")
+        return
+    if not moved:
+        report.add("no_commit", "error", f"{report.story_id} passed but nothing was committed",
+                   f"commit the work: git add -A && git commit -m "
+                   f"'feat: {report.story_id} - {title}'")
+        return
+    span = f"{snap.head}..HEAD" if snap.head else "HEAD"
+    subjects = _git(project, "log", "--format=%s", span) or ""
+    if report.story_id.lower() not in subjects.lower():
+        report.add("commit_message", "warning", f"no new commit message names {report.story_id}",
+                   f"use 'feat: {report.story_id} - {title}'")
+    _check_clean(snap, project, report)
+
+
+def _check_clean(snap: Snapshot, project: Project, report: CheckReport) -> None:
+    ours = set(report.restored_files)
+    logs = project.rel(project.logs_dir).rstrip("/") + "/"
+    left = sorted(p for p in git_dirty(project) - snap.dirty
+                  if p not in ours and not p.startswith(logs))
+    if left:
+        more = f" (+{len(left) - 5} more)" if len(left) > 5 else ""
+        report.add("uncommitted", "warning",
+                   f"uncommitted changes after the commit: {', '.join(left[:5])}{more}",
+                   "commit all of the story's changes (or git-ignore generated files)")
+
+
+# --------------------------------------------------------------------------- verify
+
+def verify(snap: Snapshot, project: Project, story: Story | str,
+           result: Any = None) -> CheckReport:
+    """Check the iteration's work against `snap`, repairing lost history; see module doc.
+
+    `result` (the agent's AgentResult) is accepted for the loop's convenience and unused.
+    """
+    story_id = story if isinstance(story, str) else story.id
+    title = "" if isinstance(story, str) else story.title
+    report = CheckReport(story_id=story_id)
+    _check_prd(snap, project, report)
+    progress = _check_progress(snap, project, report)
+    _check_references(snap, project, report, progress)
+    _check_git(snap, project, report, title or "<title>")
+    for f in report.findings:
+        if f.severity != "info":
+            log.debug("checks.finding", kind=f.kind, severity=f.severity, story=story_id)
+    return report

@@ -1,0 +1,297 @@
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from conftest import corpus_cases
+
+from orchestrator import fsutil
+from orchestrator.checks import merge_history, snapshot, verify
+from orchestrator.progress import Progress
+from orchestrator.project import Project, locate
+
+PROGRESS = """# Ralph Progress Log
+Started: Mon Nov 30 05:00:00 UTC 2026
+---
+
+## Progress Index
+| Topic | Reference Path |
+|---|---|
+| Auth flow | ralph/references/auth-flow.md |
+
+## Codebase Patterns
+- Use the service layer for DB access
+
+## 2026-11-30 05:10 - US-001
+- Implemented login
+- **Learnings for future iterations:**
+  - Sessions live in Redis
+---
+"""
+
+PRD = {
+    "project": "Demo",
+    "branchName": "ralph/demo",
+    "userStories": [
+        {"id": f"US-00{i}", "title": f"Story {i}", "description": "", "acceptanceCriteria": [],
+         "priority": i, "passes": i == 1, "notes": ""}
+        for i in (1, 2, 3)
+    ],
+}
+
+
+def git(root: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=root, check=True, capture_output=True,
+                          text=True).stdout
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Project:
+    root = tmp_path / "app"
+    root.mkdir()
+    git(root, "init", "-q")
+    git(root, "config", "user.email", "t@example.com")
+    git(root, "config", "user.name", "T")
+    (root / "prd.json").write_text(json.dumps(PRD, indent=2) + "\n")
+    (root / "progress.txt").write_text(PROGRESS)
+    refs = root / "ralph" / "references"
+    refs.mkdir(parents=True)
+    (refs / "auth-flow.md").write_text("# Auth flow\n- tokens expire after 1h\n")
+    (root / ".gitignore").write_text("/ralph/logs/\n")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "start")
+    return locate(root)
+
+
+def agent(project: Project, script: str) -> None:
+    """Run the 'agent' as a real separate process in the project root."""
+    code = "import json, pathlib, subprocess\nP = pathlib.Path\n" + textwrap.dedent(script)
+    subprocess.run([sys.executable, "-c", code], cwd=project.root, check=True, timeout=60)
+
+
+MARK_PASSED = """
+prd = json.loads(P('prd.json').read_text())
+prd['userStories'][1]['passes'] = True
+P('prd.json').write_text(json.dumps(prd, indent=2) + '\\n')
+"""
+APPEND_ENTRY = """
+with open('progress.txt', 'a') as f:
+    f.write('## 2026-11-30 06:00 - US-002\\n- Did story 2\\n---\\n')
+"""
+COMMIT = """
+subprocess.run(['git', 'add', '-A'], check=True)
+subprocess.run(['git', 'commit', '-q', '-m', 'feat: US-002 - Story 2'], check=True)
+"""
+
+
+def test_a_good_iteration_passes_every_check(project: Project) -> None:
+    snap = snapshot(project)
+    agent(project, MARK_PASSED + APPEND_ENTRY + """
+P('ralph/references/db.md').write_text('# DB\\n- migrations run on start\\n')
+t = P('progress.txt').read_text()
+t = t.replace('| Auth flow | ralph/references/auth-flow.md |\\n',
+              '| Auth flow | ralph/references/auth-flow.md |\\n| DB | ralph/references/db.md |\\n')
+P('progress.txt').write_text(t)
+""" + COMMIT)
+    story = next(s for s in __import__("orchestrator.prd").prd.Prd.load(project.prd_path).stories
+                 if s.id == "US-002")
+    report = verify(snap, project, story)
+    assert report.ok, report.findings
+    assert [f for f in report.findings if f.severity != "info"] == []
+    assert report.story_passed and report.flipped == ["US-002"]
+    assert report.updated_references == ["ralph/references/db.md"]
+    assert report.new_entries == 1 and not report.restored
+    assert report.head_after != report.head_before
+    data = report.to_dict()
+    assert json.loads(json.dumps(data))["ok"] is True
+    assert report.fix_notes() == []
+
+
+def test_lost_history_is_restored_keeping_the_agents_additions(project: Project) -> None:
+    snap = snapshot(project)
+    # The agent rewrites progress.txt from scratch: old entry gone, its own entry added.
+    agent(project, MARK_PASSED + """
+P('progress.txt').write_text('# Ralph Progress Log\\nStarted: Mon Nov 30 05:00:00 UTC 2026\\n'
+    '---\\n\\n## 2026-11-30 06:00 - US-002\\n- Did story 2\\n---\\n')
+""" + COMMIT)
+    agents_version = fsutil.read_text(project.progress_path)
+    report = verify(snap, project, "US-002")
+    assert report.restored and report.restored_files == ["progress.txt"]
+    kinds = {f.kind: f for f in report.findings}
+    assert kinds["history_lost"].severity == "error" and not report.ok
+    text = fsutil.read_text(project.progress_path)
+    # every old line is back, in order, and the agent's entry is kept at the end
+    assert text.startswith(PROGRESS)
+    assert text.endswith("## 2026-11-30 06:00 - US-002\n- Did story 2\n---\n")
+    assert Progress.parse(text).index_rows[0].path == "ralph/references/auth-flow.md"
+    # the agent's version is kept in the logs, and the restore left no temp files
+    (backup,) = report.backups
+    assert (project.root / backup).read_text() == agents_version
+    assert backup.startswith("ralph/logs/backups/")
+    assert sorted(p.name for p in project.root.iterdir() if p.name.startswith(".progress"))==[]
+    assert any("only append to progress.txt" in n for n in report.fix_notes())
+    # a second verify against the same snapshot finds nothing more to restore
+    again = verify(snap, project, "US-002")
+    assert not again.restored
+
+
+def test_index_edits_and_pattern_additions_are_not_history_loss(project: Project) -> None:
+    snap = snapshot(project)
+    agent(project, MARK_PASSED + APPEND_ENTRY + """
+t = P('progress.txt').read_text()
+t = t.replace('| Auth flow | ralph/references/auth-flow.md |',
+              '| Auth and sessions | ralph/references/auth-flow.md |')
+t = t.replace('- Use the service layer for DB access\\n',
+              '- Use the service layer for DB access\\n- New pattern\\n')
+P('progress.txt').write_text(t)
+""" + COMMIT)
+    report = verify(snap, project, "US-002")
+    assert report.ok, report.findings
+    assert not report.restored
+
+
+def test_several_flipped_stories_warn(project: Project) -> None:
+    snap = snapshot(project)
+    agent(project, """
+prd = json.loads(P('prd.json').read_text())
+for s in prd['userStories']: s['passes'] = True
+P('prd.json').write_text(json.dumps(prd, indent=2))
+""" + APPEND_ENTRY + COMMIT)
+    report = verify(snap, project, "US-002")
+    assert report.flipped == ["US-002", "US-003"]
+    (w,) = [f for f in report.findings if f.kind == "several_passed"]
+    assert w.severity == "warning" and "US-003" in w.message
+    assert report.ok
+
+
+def test_broken_prd_is_restored(project: Project) -> None:
+    snap = snapshot(project)
+    agent(project, "P('prd.json').write_text('{\"userStories\": [')\n")
+    report = verify(snap, project, "US-002")
+    assert [f.kind for f in report.errors()] == ["prd_invalid"]
+    assert fsutil.read_text(project.prd_path) == snap.prd_text
+    assert report.restored and not report.story_passed
+    assert (project.root / report.backups[0]).read_text() == '{"userStories": ['
+
+
+def test_removed_stories_are_restored_with_the_pass_kept(project: Project) -> None:
+    snap = snapshot(project)
+    agent(project, """
+prd = json.loads(P('prd.json').read_text())
+prd['userStories'] = prd['userStories'][:2]
+prd['userStories'][1]['passes'] = True
+P('prd.json').write_text(json.dumps(prd, indent=2) + '\\n')
+""" + APPEND_ENTRY + COMMIT)
+    report = verify(snap, project, "US-002")
+    assert "stories_removed" in [f.kind for f in report.errors()]
+    stories = json.loads(project.prd_path.read_text())["userStories"]
+    assert [s["id"] for s in stories] == ["US-001", "US-002", "US-003"]
+    assert [s["passes"] for s in stories] == [True, True, False]
+
+
+def test_index_rows_must_point_inside_the_folder_to_real_files(project: Project) -> None:
+    snap = snapshot(project)
+    agent(project, MARK_PASSED + APPEND_ENTRY + """
+P('ralph/references/orphan.md').write_text('# no row for me\\n')
+t = P('progress.txt').read_text()
+t = t.replace('|---|---|\\n', '|---|---|\\n| Ghost | ralph/references/ghost.md |\\n'
+              '| Secrets | ../../etc/passwd |\\n| Broken | ralph/references/x.md\\n')
+P('progress.txt').write_text(t)
+""" + COMMIT)
+    report = verify(snap, project, "US-002")
+    kinds = sorted(f.kind for f in report.errors())
+    assert kinds == ["index_malformed", "index_missing_file", "index_path_escapes",
+                     "reference_unindexed"]
+    notes = report.fix_notes()
+    assert any("ralph/references/orphan.md" in n and "add '| <Topic> |" in n for n in notes)
+
+
+def test_deleted_reference_is_restored(project: Project) -> None:
+    snap = snapshot(project)
+    agent(project, MARK_PASSED + APPEND_ENTRY +
+          "P('ralph/references/auth-flow.md').unlink()\n" + COMMIT)
+    report = verify(snap, project, "US-002")
+    assert "reference_deleted" in [f.kind for f in report.warnings()]
+    assert (project.references.dir / "auth-flow.md").read_text().startswith("# Auth flow")
+    assert report.restored_files == ["ralph/references/auth-flow.md"]
+
+
+def test_passed_story_needs_a_commit_entry_and_clean_tree(project: Project) -> None:
+    snap = snapshot(project)
+    agent(project, MARK_PASSED + "P('src.py').write_text('x = 1\\n')\n")
+    report = verify(snap, project, "US-002")
+    assert sorted(f.kind for f in report.errors()) == ["no_commit", "no_progress_entry"]
+    assert any("git commit -m 'feat: US-002 - <title>'" in n for n in report.fix_notes())
+    # committed now, with a stray file left behind and a vague message
+    agent(project, APPEND_ENTRY + """
+subprocess.run(['git', 'add', 'prd.json', 'progress.txt'], check=True)
+subprocess.run(['git', 'commit', '-q', '-m', 'wip'], check=True)
+""")
+    report = verify(snap, project, "US-002")
+    assert report.ok
+    assert sorted(f.kind for f in report.warnings()) == ["commit_message", "uncommitted"]
+    assert "src.py" in next(f.message for f in report.warnings() if f.kind == "uncommitted")
+
+
+def test_pre_existing_dirt_is_not_blamed_on_the_agent(project: Project) -> None:
+    (project.root / "notes-by-user.txt").write_text("mine\n")
+    snap = snapshot(project)
+    agent(project, MARK_PASSED + APPEND_ENTRY + """
+subprocess.run(['git', 'add', 'prd.json', 'progress.txt'], check=True)
+subprocess.run(['git', 'commit', '-q', '-m', 'feat: US-002 - Story 2'], check=True)
+""")
+    report = verify(snap, project, "US-002")
+    assert report.ok and report.warnings() == []
+
+
+def test_not_passed_story_outside_git(tmp_path: Path) -> None:
+    (tmp_path / "prd.json").write_text(json.dumps(PRD))
+    (tmp_path / "progress.txt").write_text(PROGRESS)
+    project = locate(tmp_path)
+    snap = snapshot(project)
+    report = verify(snap, project, "US-002")
+    assert report.ok and not report.story_passed
+    assert {f.kind for f in report.findings} == {"not_passed", "no_git", "index_missing_file"}
+
+
+# --------------------------------------------------------------------------- merge_history
+
+def test_merge_appends_and_insertions_lose_nothing() -> None:
+    old = "a\nb\nc\n"
+    assert merge_history(old, old + "d\n") == (old + "d\n", [])
+    assert merge_history(old, "a\nnew\nb\nc\n") == ("a\nnew\nb\nc\n", [])
+    assert merge_history("a\nb", "a\nb\nc\n") == ("a\nb\nc\n", [])     # no final newline
+    assert merge_history(old, "a  \nb\nc\nd\n")[1] == []                 # trailing spaces
+    assert merge_history("A\n---\nB\n", "A\nX\n---\nY\nB\n")[1] == []  # separators
+
+
+def test_merge_puts_back_deleted_and_replaced_lines() -> None:
+    merged, lost = merge_history("a\nb\nc\n", "a\nX\nc\nd\n")
+    assert merged == "a\nb\nX\nc\nd\n" and lost == ["b\n"]
+    merged, lost = merge_history("h\n## one\n- x\n## two\n- y\n", "h\n## two\n- y\n## three\n")
+    assert merged == "h\n## one\n- x\n## two\n- y\n## three\n"
+    assert lost == ["## one\n", "- x\n"]
+    merged, lost = merge_history("a\r\nb\r\n", "a\r\nc\r\n")
+    assert merged == "a\r\nb\r\nc\r\n"
+
+
+@pytest.mark.parametrize("path", corpus_cases("progress.txt"))
+def test_merge_on_real_histories(path: Path) -> None:
+    old = fsutil.read_text(path)
+    entries = Progress.parse(old).entries
+    added = "## 2099-01-01 - ZZ-999\n- appended\n---\n"
+    sep = "" if old.endswith("\n") or not old else "\n"
+    assert merge_history(old, old + sep + added) == (old + sep + added, [])
+    if len(entries) < 2:
+        return
+    # the agent drops an early entry while appending its own: the entry comes back
+    victim = entries[0].text
+    damaged = old.replace(victim, "", 1) + sep + added
+    merged, lost = merge_history(old, damaged)
+    assert lost
+    assert merged.replace("\r\n", "\n").startswith(old.replace("\r\n", "\n").rstrip("\n"))
+    assert merged.rstrip("\n").endswith(added.rstrip("\n"))
