@@ -14,8 +14,8 @@ Environment knobs:
   FAKE_SILENT_SLEEP   sleep this long BEFORE printing anything (idle timeout)
   FAKE_RECORD         directory: argv.json, stdin.txt, env.json are written there
   FAKE_GRANDCHILD     file: start a grandchild process (sleeps 600 s), write its pid there
-  FAKE_BACKGROUND     file: start a detached-from-stdio background child (keeps running after
-                      we exit, holding the pty), write its pid there
+  FAKE_BACKGROUND     file: start a nohup-style background child (ignores SIGHUP, keeps running
+                      after we exit, holding the pty), write its pid there
   FAKE_IGNORE_TERM    "1": ignore SIGTERM (forces the runner's SIGKILL)
 """
 
@@ -81,11 +81,17 @@ def record(directory: str, argv: list[str], prompt: str) -> None:
 
 
 def spawn_sleeper(pid_file: str, *, detached_stdio: bool) -> None:
-    kwargs = {}
-    if detached_stdio:
-        kwargs = {"stdin": subprocess.DEVNULL}  # keeps stdout/stderr: the pty stays open
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], **kwargs)
-    Path(pid_file).write_text(str(child.pid))
+    """Start a child that sleeps 600 s; it writes its own pid once ready (handlers set)."""
+    ignore = "signal.signal(signal.SIGHUP, signal.SIG_IGN); " if detached_stdio else ""
+    code = ("import os, signal, sys, time; " + ignore +
+            "open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(600)")
+    # detached: like `nohup server &`, it survives the terminal's hangup when we exit, keeps
+    # the pty open through stdout/stderr, and stays in our process group.
+    stdin = subprocess.DEVNULL if detached_stdio else None
+    subprocess.Popen([sys.executable, "-c", code, pid_file], stdin=stdin)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not Path(pid_file).exists():
+        time.sleep(0.01)
 
 
 def main() -> None:

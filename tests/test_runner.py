@@ -1,0 +1,200 @@
+"""The pty runner through real processes: output, stdin files, transcripts, timeouts that end a
+whole process group (grandchildren included), Ctrl-C, leftovers holding the pty."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from orchestrator import runner
+
+sys.path.insert(0, str(Path(__file__).parent / "fakes"))
+from install import install  # noqa: E402
+
+PY = sys.executable
+
+
+def alive(pid: int) -> bool:
+    """True while pid runs (a zombie awaiting its reaper counts as dead)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+def wait_pid_file(path: Path, timeout: float = 10) -> int:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_text().strip():
+            return int(path.read_text().split()[0])
+        time.sleep(0.05)
+    raise AssertionError(f"{path} never written")
+
+
+@pytest.fixture
+def fake(tmp_path, monkeypatch):
+    bin_dir = tmp_path / "bin"
+    exe = install(bin_dir, "agentx")
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    prompt = tmp_path / "prompt.md"
+    prompt.write_text("hello\n")
+    return exe, prompt
+
+
+def test_lines_exit_code_and_no_carriage_returns(tmp_path):
+    lines: list[str] = []
+    out = runner.run([PY, "-c", "import sys; print('one'); print('two'); "
+                      "sys.stdout.write('partial'); sys.exit(3)"],
+                     cwd=tmp_path, on_line=lines.append)
+    assert out.exit_code == 3 and out.timed_out is None and not out.interrupted
+    assert lines == ["one", "two", "partial"]
+    assert out.output == "one\ntwo\npartial" and "\r" not in out.output
+    assert out.duration_s > 0
+
+
+def test_runs_in_cwd_with_env_overlay(tmp_path):
+    out = runner.run([PY, "-c", "import os; print(os.getcwd()); print(os.environ['RX'], "
+                      "'PATH' in os.environ)"], cwd=tmp_path, env={"RX": "yes"})
+    assert out.output.splitlines() == [str(tmp_path), "yes True"]
+
+
+def test_stdin_is_the_whole_file_then_eof(tmp_path):
+    data = ("line ünïcode\n" * 30_000).encode()
+    assert len(data) > 300_000
+    prompt = tmp_path / "prompt.md"
+    prompt.write_bytes(data)
+    code = ("import sys, hashlib; d = sys.stdin.buffer.read(); "
+            "print(len(d), hashlib.sha256(d).hexdigest(), sys.stdin.isatty())")
+    out = runner.run([PY, "-c", code], cwd=tmp_path, stdin_file=prompt, wall_timeout=30)
+    assert out.output == f"{len(data)} {hashlib.sha256(data).hexdigest()} False"
+
+
+def test_no_stdin_file_means_dev_null(tmp_path):
+    out = runner.run([PY, "-c", "import sys; print(repr(sys.stdin.read()))"], cwd=tmp_path,
+                     wall_timeout=10)
+    assert out.output == "''"
+
+
+def test_stdout_is_a_wide_terminal(tmp_path):
+    code = ("import os, sys, json; print(sys.stdout.isatty(), os.get_terminal_size().columns); "
+            "print(json.dumps({'k': 'v' * 3000}))")
+    out = runner.run([PY, "-c", code], cwd=tmp_path)
+    first, second = out.output.splitlines()
+    assert first == f"True {runner.PTY_COLUMNS}"
+    assert len(second) == len('{"k": ""}') + 3000
+
+
+def test_multibyte_text_survives_chunking(tmp_path):
+    out = runner.run([PY, "-c", "print('é✓' * 100000)"], cwd=tmp_path)
+    assert out.output == "é✓" * 100000
+
+
+def test_transcript_is_full_and_redacted(tmp_path, monkeypatch):
+    monkeypatch.setenv("MY_SERVICE_TOKEN", "tok-very-secret-value-123")
+    code = ("print('key sk-ant-api03-AAAAAAAAAAAAAAAAAAAAAAAA'); "
+            "print('env tok-very-secret-value-123'); print('plain')")
+    transcript = tmp_path / "logs" / "iter-1.log"
+    out = runner.run([PY, "-c", code], cwd=tmp_path, transcript_path=transcript)
+    assert "tok-very-secret-value-123" in out.output  # parsers see the real output
+    saved = transcript.read_text()
+    assert saved == "key [REDACTED]\nenv [REDACTED]\nplain\n"
+
+
+def test_missing_program_exit_127(tmp_path):
+    out = runner.run(["definitely-not-a-program-xyz"], cwd=tmp_path)
+    assert out.exit_code == 127
+    assert "definitely-not-a-program-xyz: command not found" in out.output
+
+
+def test_argv_must_be_a_list(tmp_path):
+    with pytest.raises(ValueError, match="no shell strings"):
+        runner.run("echo hi; rm -rf /", cwd=tmp_path)
+
+
+def test_wall_timeout_ends_the_group_including_grandchild(fake, tmp_path, monkeypatch):
+    exe, prompt = fake
+    pid_file = tmp_path / "grandchild.pid"
+    record = tmp_path / "rec"
+    monkeypatch.setenv("FAKE_GRANDCHILD", str(pid_file))
+    monkeypatch.setenv("FAKE_RECORD", str(record))
+    monkeypatch.setenv("FAKE_SLEEP", "60")
+    start = time.monotonic()
+    out = runner.run([str(exe)], cwd=tmp_path, stdin_file=prompt, wall_timeout=2, grace=2)
+    elapsed = time.monotonic() - start
+    assert out.timed_out == "wall" and not out.interrupted
+    assert out.exit_code == -signal.SIGTERM
+    assert 2 <= elapsed < 8
+    grandchild = wait_pid_file(pid_file)
+    child, group = map(int, (record / "pid").read_text().split())
+    assert group == child  # the agent leads its own process group
+    assert os.getpgid(os.getpid()) != group  # ... which is not ours
+    assert not alive(child) and not alive(grandchild)
+
+
+def test_idle_timeout(fake, tmp_path, monkeypatch):
+    exe, prompt = fake
+    monkeypatch.setenv("FAKE_SILENT_SLEEP", "60")
+    out = runner.run([str(exe)], cwd=tmp_path, stdin_file=prompt, idle_timeout=1.5,
+                     wall_timeout=30, grace=1)
+    assert out.timed_out == "idle" and out.duration_s < 6
+
+
+def test_output_keeps_idle_timeout_at_bay(tmp_path):
+    code = "import time\nfor i in range(6):\n    print(i, flush=True); time.sleep(0.4)"
+    out = runner.run([PY, "-c", code], cwd=tmp_path, idle_timeout=1.5, wall_timeout=30)
+    assert out.timed_out is None and out.exit_code == 0 and out.output.split() == list("012345")
+
+
+def test_sigterm_ignored_gets_sigkill(fake, tmp_path, monkeypatch):
+    exe, prompt = fake
+    monkeypatch.setenv("FAKE_IGNORE_TERM", "1")
+    monkeypatch.setenv("FAKE_SLEEP", "60")
+    out = runner.run([str(exe)], cwd=tmp_path, stdin_file=prompt, wall_timeout=1, grace=0.5)
+    assert out.timed_out == "wall" and out.exit_code == -signal.SIGKILL
+    assert out.duration_s < 6
+
+
+def test_ctrl_c_kills_group_and_reports_interrupted(fake, tmp_path, monkeypatch):
+    exe, prompt = fake
+    pid_file = tmp_path / "grandchild.pid"
+    monkeypatch.setenv("FAKE_GRANDCHILD", str(pid_file))
+    monkeypatch.setenv("FAKE_SLEEP", "60")
+    # A real SIGINT to this process, as a terminal's Ctrl-C would send.
+    timer = threading.Timer(1.5, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        out = runner.run([str(exe)], cwd=tmp_path, stdin_file=prompt, wall_timeout=30, grace=2)
+    finally:
+        timer.cancel()
+    assert out.interrupted and out.timed_out is None and out.duration_s < 8
+    assert not alive(wait_pid_file(pid_file))
+
+
+def test_background_leftover_holding_the_pty_is_ended(fake, tmp_path, monkeypatch):
+    exe, prompt = fake
+    pid_file = tmp_path / "server.pid"
+    monkeypatch.setenv("FAKE_BACKGROUND", str(pid_file))
+    transcript = tmp_path / "t.jsonl"
+    transcript.write_text('{"type":"result"}\n')
+    monkeypatch.setenv("FAKE_TRANSCRIPT", str(transcript))
+    out = runner.run([str(exe)], cwd=tmp_path, stdin_file=prompt, wall_timeout=30, grace=2)
+    # The agent exited 0; the "dev server" it left kept the pty open until we ended it.
+    assert out.exit_code == 0 and out.timed_out is None
+    assert out.output == '{"type":"result"}' and out.duration_s < 10
+    assert not alive(wait_pid_file(pid_file))
+
+
+def test_on_line_errors_do_not_stop_the_run(tmp_path):
+    def boom(line: str) -> None:
+        raise RuntimeError("display bug")
+
+    out = runner.run([PY, "-c", "print('a'); print('b')"], cwd=tmp_path, on_line=boom)
+    assert out.exit_code == 0 and out.output == "a\nb"
