@@ -21,8 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import structlog
+
 from orchestrator import fsutil
 from orchestrator.errors import InputError
+
+log = structlog.get_logger()
 
 _Key = str | int
 _JsonPath = tuple[_Key, ...]
@@ -318,6 +322,8 @@ class Prd:
     def __init__(self, path: Path, text: str, data: Any, stories: list[Story], base: _JsonPath):
         self.path = Path(path)
         self._text = text  # the current rendering; starts as the exact file text
+        self._loaded = text  # what the file held when read (to notice edits made since)
+        self._reserialised = False  # True once an edit could not be a one-token change
         self._data = data
         self._base = base  # JSON path of the story list: ("userStories",) or ()
         self.stories = stories
@@ -391,13 +397,36 @@ class Prd:
         return self._text
 
     def save(self) -> None:
+        """Write atomically, only if something changed. If the file was edited since it was
+        read (an agent often edits prd.json), our `passes` changes are applied to the file as
+        it is now instead of overwriting the other edits."""
         text = self.render()
         try:
-            on_disk = fsutil.read_text(self.path)
+            on_disk: str | None = fsutil.read_text(self.path)
         except FileNotFoundError:
             on_disk = None
+        if on_disk is not None and on_disk not in (self._loaded, text):
+            self._rebase(on_disk)
+            text = self._text
         if on_disk != text:
-            fsutil.atomic_write_text(self.path, text)
+            # A full re-serialisation may touch more than one token: keep the old file.
+            fsutil.atomic_write_text(self.path, text, backup=self._reserialised)
+        self._loaded = text
+
+    def _rebase(self, on_disk: str) -> None:
+        """Adopt the file's current content and re-apply the passes values we changed."""
+        old = {s.id: s.passes for s in Prd.parse(self._loaded, self.path).stories}
+        changed = {s.id: s.passes for s in self.stories if old.get(s.id) != s.passes}
+        fresh = Prd.parse(on_disk, self.path)  # InputError if the edit broke the file
+        for s in fresh.stories:
+            if s.id in changed:
+                s.passes = changed[s.id]
+        fresh._sync()
+        log.info("prd.json changed on disk since it was read; re-applied passes changes",
+                 path=str(self.path), stories=sorted(changed))
+        reserialised = self._reserialised or fresh._reserialised
+        self.__dict__.update(fresh.__dict__)
+        self._reserialised = reserialised
 
     def _sync(self) -> None:
         items = self._data["userStories"] if self._base else self._data
@@ -413,6 +442,7 @@ class Prd:
         new_text = self._edit_token(story) if "passes" in raw else None
         if new_text is None or _loads(new_text) != expected:
             new_text = _dump(expected, _detect_style(self._text))
+            self._reserialised = True
         self._text, self._data = new_text, expected
 
     def _edit_token(self, story: Story) -> str | None:

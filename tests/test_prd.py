@@ -291,3 +291,42 @@ def test_cli_status_reads_prd_and_reports_bad_one(tmp_path: Path) -> None:
     assert out.returncode == 2
     assert 'userStories[0].passes must be true or false, got "yes"' in out.stderr
     assert path.read_text() == bad
+
+
+def test_save_keeps_edits_made_on_disk_since_load(tmp_path: Path) -> None:
+    path = write(tmp_path, {"userStories": [story("US-001"), story("US-002")]})
+    prd = Prd.load(path)
+    prd.mark_passed("US-001")
+    # Meanwhile the agent edits the file: a note on US-002 and a new story.
+    edited = json.loads(path.read_text())
+    edited["userStories"][1]["notes"] = "agent note"
+    edited["userStories"].append(story("US-003"))
+    path.write_text(json.dumps(edited, indent=2) + "\n")
+    prd.save()
+    saved = json.loads(path.read_text())
+    assert [s["passes"] for s in saved["userStories"]] == [True, False, False]
+    assert saved["userStories"][1]["notes"] == "agent note"
+    assert [s.id for s in prd.stories] == ["US-001", "US-002", "US-003"]
+    assert prd.next_story().id == "US-002"
+    assert not (tmp_path / "prd.json.bak").exists()  # one-token edit: no backup needed
+
+
+def test_broken_file_on_disk_is_not_overwritten(tmp_path: Path) -> None:
+    path = write(tmp_path, {"userStories": [story("US-001")]})
+    prd = Prd.load(path)
+    prd.mark_passed("US-001")
+    path.write_text("{ broken")
+    with pytest.raises(InputError, match="invalid JSON"):
+        prd.save()
+    assert path.read_text() == "{ broken"
+
+
+def test_reserialising_keeps_a_backup(tmp_path: Path) -> None:
+    path = tmp_path / "prd.json"
+    original = '[{"id": "A", "title": "t"}]'
+    path.write_text(original)
+    prd = Prd.load(path)
+    prd.mark_passed("A")
+    prd.save()
+    assert (tmp_path / "prd.json.bak").read_text() == original
+    assert json.loads(path.read_text()) == [{"id": "A", "title": "t", "passes": True}]
