@@ -178,15 +178,13 @@ class _Validator:
         self.text, self.path, self.offset = text, path, offset
         self._spans: dict[_JsonPath, tuple[int, int]] | None = None
 
-    def fail(
-        self, jpath: _JsonPath, problem: str, fix: str, at: _JsonPath | None = None
-    ) -> InputError:
-        """`at` is where to point the line number when `jpath` itself is absent."""
+    def fail(self, jpath: _JsonPath, problem: str, fix: str) -> InputError:
+        """The error for `jpath`, located at its value (or its parent's, when it is missing)."""
         where = str(self.path)
         try:
             if self._spans is None:
                 self._spans = json_spans(self.text, self.offset)
-            span = self._spans.get(jpath) or self._spans.get(jpath[:-1] if at is None else at)
+            span = self._spans.get(jpath) or self._spans.get(jpath[:-1])
             if span:
                 line, col = _line_col(self.text, span[0])
                 where = f"{self.path}:{line}:{col}"

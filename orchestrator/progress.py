@@ -106,17 +106,21 @@ def _kind(heading: str) -> str:
 
 
 def _split_fallback(segments: list[_Segment]) -> list[_Segment]:
-    """Logs without "## " entries ("[date] Story: ..." blocks): cut the header's tail."""
-    head = segments[0]
-    lines = _lines(head.text)
-    starts = fallback_entry_starts(lines)
-    if not starts:
-        return segments
-    out = [_Segment("header", "".join(lines[: starts[0]]))]
-    for n, start in enumerate(starts):
-        end = starts[n + 1] if n + 1 < len(starts) else len(lines)
-        out.append(_Segment("entry", "".join(lines[start:end])))
-    return out + segments[1:]
+    """Logs without "## " entries ("[date] Story: ..." blocks, a bullet per story): cut the
+    header and the untyped sections at each entry start; the text stays in order."""
+    out: list[_Segment] = []
+    for seg in segments:
+        lines = _lines(seg.text)
+        starts = fallback_entry_starts(lines) if seg.kind in ("header", "other") else []
+        starts = [i for i in starts if i > 0 or seg.kind == "header"]  # keep "## " lines
+        if not starts:
+            out.append(seg)
+            continue
+        out.append(_Segment(seg.kind, "".join(lines[: starts[0]])))
+        for n, start in enumerate(starts):
+            end = starts[n + 1] if n + 1 < len(starts) else len(lines)
+            out.append(_Segment("entry", "".join(lines[start:end])))
+    return out
 
 
 def _escape_cell(value: str) -> str:
@@ -340,7 +344,7 @@ def _entry(text: str) -> Entry:
     heading = _lines(text)[0].rstrip("\r\n") if text else ""
     return Entry(
         heading=heading,
-        story_ids=extract_story_ids(heading),
+        story_ids=extract_story_ids(heading) or _body_story_ids(text),
         date=extract_date(heading),
         text=text,
         files_changed=extract_files(text),
@@ -365,9 +369,16 @@ _DATE = re.compile(
     r"(?: +\d{1,2}:\d{2}(?::\d{2})?)?(?: +[A-Z]{2,5})?(?: +\d{4})?"
 )
 _ENTRY_WORD = re.compile(r"\s*\[?\s*(?:iteration|session|story|task)\s*#?\s*\d", re.IGNORECASE)
+# Entry starts in logs without "## " entries: "[2026-01-08 12:42] Story: US-001 - ...",
+# "- [2026-01-16] Feature 1: ...", "- US-001: Complete. ..." (a bullet per story).
 _FALLBACK_START = re.compile(
-    r"(?:[-*] +)?\[(?:\d{4}-\d{2}-\d{2}[^\]]*)\]\s*(?:story|task|feature|us-|[A-Z]+-\d)",
+    r"(?:[-*] +)?\[\d{4}-\d{2}-\d{2}[^\]]*\]\s*(?:story|task|feature|us-|[A-Z]+-\d)"
+    r"|(?:[-*] +)?[A-Z][A-Z0-9]*-\d+[\w.]*\s*(?::|\s[-–—]\s)",
     re.IGNORECASE,
+)
+# "**Story**: 1.1.0 - title" in the body, when the heading ("Iteration 3 - date") has no id.
+_BODY_STORY = re.compile(
+    r"\W*(?:story|task|issue)\W*:\W*([\w][\w.-]*\d[\w.-]*)\b", re.IGNORECASE
 )
 
 
@@ -388,6 +399,14 @@ def extract_date(heading: str) -> str | None:
 def looks_like_entry(heading: str) -> bool:
     text = re.sub(r"^#+\s*", "", heading)
     return bool(extract_story_ids(text) or _DATE.search(text) or _ENTRY_WORD.match(text))
+
+
+def _body_story_ids(text: str) -> list[str]:
+    for line in _lines(text)[1:6]:
+        m = _BODY_STORY.match(line)
+        if m:
+            return [m.group(1).rstrip(".")]
+    return []
 
 
 def fallback_entry_starts(lines: list[str]) -> list[int]:

@@ -323,3 +323,11 @@ def test_files_changed_extraction(block: str, files: list[str]) -> None:
 )
 def test_learnings_extraction(block: str, learnings: list[str]) -> None:
     assert Progress.parse("## 2026-01-01 - US-001\n" + block).entries[0].learnings == learnings
+
+
+def test_fallback_entries_in_logs_without_story_headings(corpus: Path) -> None:
+    shock = Progress.load(corpus / "Little-Shock__OpenShock" / "progress.txt")
+    assert [e.story_ids for e in shock.entries[:2]] == [["US-001"], ["US-002"]]
+    assert shock.entries[0].text.startswith("- US-001: Complete.")
+    subq = Progress.load(corpus / "MichaelVessia__subq" / "progress.txt")
+    assert subq.entries[0].story_ids == ["1.1.0"]  # from "**Story**: 1.1.0 - ..."
