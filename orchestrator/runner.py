@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import sys
 import time
@@ -137,6 +138,25 @@ def run_agent(
     return outcome, result
 
 
+# Terminal control sequences: CLIs that see a tty reset modes, move the cursor, set titles.
+_ESCAPES = re.compile(
+    r"\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)"  # OSC (window title ...)
+    r"|\x1b[PX^_][^\x1b]*\x1b\\"  # DCS, SOS, PM, APC strings
+    r"|\x1b\[[0-?]*[ -/]*[@-~]"  # CSI (colours, cursor, modes)
+    r"|\x1b[()*+][ -~]"  # character-set designation
+    r"|\x1b[ -~]"  # other two-character escapes (ESC 7, ESC 8 ...)
+    r"|[\x00-\x08\x0b-\x1f\x7f]"  # remaining control characters (tab and newline stay)
+)
+
+
+def clean_line(raw: str) -> str:
+    """One pty line as a log should keep it: no CR, no terminal control sequences."""
+    line = raw.rstrip("\r")
+    if "\r" in line:  # a progress bar redrawn in place: keep what a terminal would show
+        line = line.rsplit("\r", 1)[1]
+    return _ESCAPES.sub("", line) if ("\x1b" in line or not line.isprintable()) else line
+
+
 class _LineReader:
     """Turns pty chunks into lines; each line goes to on_line and the transcript."""
 
@@ -159,9 +179,7 @@ class _LineReader:
             self._emit(line)
 
     def _emit(self, raw: str) -> None:
-        line = raw.rstrip("\r")
-        if "\r" in line:  # a progress bar redrawn in place: keep what a terminal would show
-            line = line.rsplit("\r", 1)[1]
+        line = clean_line(raw)
         self.lines.append(line)
         if self.transcript is not None:
             self.transcript.write(self.redactor(line) + "\n")

@@ -434,3 +434,115 @@ def test_base_helpers():
     assert base.short("a  b\nc", 100) == "a b c"
     assert base.short("x" * 200, 10) == "x" * 9 + "…"
     assert base.json_events('junk\n{"a":1}\n[1]\n{bad\n') == [{"a": 1}]
+
+
+# ---- the real Claude Code and Codex CLIs, offline (scripted APIs from tests/e2e) ----------
+sys.path.insert(0, str(Path(__file__).parent / "e2e"))
+LEAKY = ("ANTHROPIC_", "CLAUDE", "OPENAI_", "CODEX_", "AMP_", "GEMINI_", "RALPH_")
+
+
+@pytest.fixture
+def offline_env(tmp_path, monkeypatch):
+    """A private HOME and no variable that could reach a real account."""
+    for key in list(os.environ):
+        if key.startswith(LEAKY):
+            monkeypatch.delenv(key)
+    home = tmp_path / "home"
+    (home / ".codex").mkdir(parents=True)
+    return {"HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config"),
+            "CODEX_HOME": str(home / ".codex"), "GIT_CONFIG_NOSYSTEM": "1"}
+
+
+def real_cli(name: str) -> str:
+    from e2e_support import find_cli
+
+    return find_cli(name)
+
+
+def claude_settings(api, env: dict) -> dict:
+    return {"command": [real_cli("claude")], "env": {
+        **env, "ANTHROPIC_BASE_URL": api.base_url, "ANTHROPIC_API_KEY": "x",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1"}}
+
+
+def test_real_claude_through_adapter_and_runner(tmp_path, offline_env):
+    from fake_anthropic import FakeAnthropic, Text, ToolUse
+
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "notes.txt").write_text("hello notes\n")
+    prompt = tmp_path / "prompt.md"
+    prompt.write_text("Implement story US-001.\n" + "context line\n" * 20_000)  # ~260 KB
+    script = [ToolUse("Bash", {"command": "echo made > made.txt", "description": "make"},
+                      text="Working."),
+              ToolUse("Read", {"file_path": str(work / "notes.txt")}),
+              Text("Done. " + SENTINEL)]
+    shown: list[str] = []
+    with FakeAnthropic({"US-001": script}) as api:
+        agent = get_agent("claude", claude_settings(api, offline_env))
+        outcome, result = runner.run_agent(agent, prompt, cwd=work, on_line=shown.append,
+                                           transcript_path=tmp_path / "t.log", wall_timeout=180)
+    assert outcome.exit_code == 0, outcome.output[-2000:]
+    assert (work / "made.txt").read_text() == "made\n"  # the CLI ran the tool for real
+    assert result.final_message == "Done. " + SENTINEL and not result.is_error
+    assert result.num_turns == 3 and result.cost_usd > 0
+    assert result.usage.prompt_tokens > 3 * 60_000  # three requests, each carrying the prompt
+    assert shown[0].startswith("⏺ session started") and "⏺ Bash: echo made > made.txt" in shown
+    assert f"⏺ Read {work / 'notes.txt'}" in shown and shown[-1].startswith("✓ done: 3 turns")
+    assert not any("\x1b" in s for s in shown) and "\x1b" not in outcome.output
+
+
+def test_real_claude_429_is_a_limit(tmp_path, offline_env):
+    from fake_anthropic import Fail, FakeAnthropic
+
+    prompt = tmp_path / "prompt.md"
+    prompt.write_text("Implement story US-001.\n")
+    with FakeAnthropic({"US-001": [Fail()]}) as api:
+        agent = get_agent("claude", claude_settings(api, offline_env))
+        outcome, result = runner.run_agent(agent, prompt, cwd=tmp_path, wall_timeout=180)
+    assert outcome.exit_code == 1 and result.is_error and result.http_status == 429
+    assert result.limit is not None and result.limit.kind == "rate"
+
+
+def codex_settings(api, env: dict) -> dict:
+    return {"command": [real_cli("codex")], "args": api.provider_args(),
+            "env": {**env, "OPENAI_API_KEY": "x"}}
+
+
+def test_real_codex_through_adapter_and_runner(tmp_path, offline_env):
+    from fake_openai import FakeOpenAI, Shell, Text
+
+    prompt = tmp_path / "prompt.md"
+    prompt.write_text("Implement story US-001.\n")
+    shown: list[str] = []
+    with FakeOpenAI({"US-001": [Shell("echo made > made.txt"), Text("Done. " + SENTINEL)]},
+                    cached_ratio=0.5) as api:
+        agent = get_agent("codex", codex_settings(api, offline_env))
+        outcome, result = runner.run_agent(agent, prompt, cwd=tmp_path, on_line=shown.append,
+                                           wall_timeout=180)
+    assert outcome.exit_code == 0, outcome.output[-2000:]
+    assert (tmp_path / "made.txt").read_text() == "made\n"
+    assert result.final_message == "Done. " + SENTINEL and not result.is_error
+    assert result.usage.cache_read_tokens > 0
+    assert result.usage.prompt_tokens == sum(r.usage["input_tokens"]
+                                             for r in api.main_requests())
+    assert "assistant: Done. " + SENTINEL in shown
+
+
+def test_real_codex_usage_limit_gives_reset_time(tmp_path, offline_env):
+    from datetime import datetime, timedelta
+
+    from fake_openai import Fail, FakeOpenAI
+
+    prompt = tmp_path / "prompt.md"
+    prompt.write_text("Implement story US-001.\n")
+    with FakeOpenAI({"US-001": [Fail(resets_in=3 * 3600)]}) as api:
+        agent = get_agent("codex", codex_settings(api, offline_env))
+        before = datetime.now().astimezone()
+        outcome, result = runner.run_agent(agent, prompt, cwd=tmp_path, wall_timeout=180)
+    assert outcome.exit_code == 1 and result.is_error
+    assert "usage limit" in result.error and result.limit is not None
+    # Codex prints the reset as a wall-clock minute ("Try again at 9:02 AM."), so expect
+    # three hours from now within that minute's rounding.
+    delta = result.limit.reset_at - before
+    assert timedelta(hours=2, minutes=58) < delta < timedelta(hours=3, minutes=2), delta

@@ -198,3 +198,12 @@ def test_on_line_errors_do_not_stop_the_run(tmp_path):
 
     out = runner.run([PY, "-c", "print('a'); print('b')"], cwd=tmp_path, on_line=boom)
     assert out.exit_code == 0 and out.output == "a\nb"
+
+
+def test_terminal_control_sequences_are_removed(tmp_path):
+    code = (r"print('\x1b[32mgreen\x1b[0m plain'); "
+            r"print('\x1b[?25h\x1b7\x1b[r\x1b8\x1b]0;title\x07\x1b(B'); print('tab\there')")
+    transcript = tmp_path / "t.log"
+    out = runner.run([PY, "-c", code], cwd=tmp_path, transcript_path=transcript)
+    assert out.output == "green plain\n\ntab\there"
+    assert transcript.read_text() == "green plain\n\ntab\there\n"

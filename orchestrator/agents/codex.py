@@ -92,7 +92,8 @@ class CodexAgent(Agent):
             usage=usage,
             cost_usd=None,
             is_error=bool(errors),
-            error="; ".join(e for e in errors if e) or None,
+            # codex repeats one failure as `error` and `turn.failed`: keep each text once.
+            error="; ".join(dict.fromkeys(e for e in errors if e)) or None,
             num_turns=turns or None,
             model=self.model,
         )
