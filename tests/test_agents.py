@@ -546,3 +546,36 @@ def test_real_codex_usage_limit_gives_reset_time(tmp_path, offline_env):
     # three hours from now within that minute's rounding.
     delta = result.limit.reset_at - before
     assert timedelta(hours=2, minutes=58) < delta < timedelta(hours=3, minutes=2), delta
+
+
+# ---- limits only for failed runs ------------------------------------------------------------
+@needs_fixtures
+def test_successful_run_with_rejected_rate_limit_event_is_not_a_limit():
+    lines = fixture_text("claude-code/story-complete.stream.jsonl").splitlines()
+    event = json.dumps({"type": "rate_limit_event", "rate_limit_info": {
+        "status": "rejected", "resetsAt": 1796083200, "rateLimitType": "five_hour",
+        "overageStatus": "allowed"}})
+    text = "\n".join([lines[0], event, *lines[1:]])
+    result = get_agent("claude", None, check=False).parse(text, 0)
+    assert result.limit is None and not result.is_error
+    # ... but the same event in a failed run is the limit, with its reset time.
+    failed = text.replace('"is_error":false', '"is_error":true')
+    sig = get_agent("claude", None, check=False).parse(failed, 1).limit
+    assert sig is not None and sig.reset_at.timestamp() == 1796083200
+
+
+def test_limit_notice_as_the_whole_final_message_is_an_error():
+    text = jsonl({"type": "result", "subtype": "success", "is_error": False, "num_turns": 1,
+                  "result": "Claude AI usage limit reached|1796083200", "total_cost_usd": 0})
+    result = get_agent("claude", None, check=False).parse(text, 0)
+    assert result.is_error and result.limit is not None
+    assert result.limit.reset_at.timestamp() == 1796083200
+
+
+def test_check_available_uses_the_agents_own_path(tmp_path, bin_dir):
+    other = tmp_path / "elsewhere"
+    install(other, "claude")
+    with pytest.raises(AgentNotFound):
+        get_agent("claude", None)
+    agent = get_agent("claude", {"env": {"PATH": f"{other}{os.pathsep}/usr/bin"}})
+    assert agent.check_available() == str(other / "claude")

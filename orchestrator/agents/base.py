@@ -27,6 +27,7 @@ from orchestrator.limits import LimitSignal, detect
 
 PromptVia = Literal["stdin", "file", "argument"]
 PROMPT_VIAS: tuple[str, ...] = ("stdin", "file", "argument")
+SHORT_FINAL = 300  # a final message this short may be nothing but a limit notice
 
 # Built-in adapters: module `orchestrator.agents.<name>` exposes `create(settings) -> Agent`.
 BUILTIN = ("claude", "amp", "codex", "gemini", "opencode", "command", "sim")
@@ -191,7 +192,8 @@ class Agent:
     def check_available(self, prompt_file: Path | None = None) -> str:
         """Return the resolved executable path, or raise AgentNotFound naming the fix."""
         exe = self.command()[0]
-        found = shutil.which(exe)
+        # The agent runs with its own env overlay, which may set PATH.
+        found = shutil.which(exe, path=self.env().get("PATH") or os.environ.get("PATH"))
         if not found:
             raise AgentNotFound(
                 f"agent '{self.name}' not found on PATH: install it or set "
@@ -213,8 +215,24 @@ class Agent:
             result.is_error = True
             result.error = result.error or f"{self.name} exited with code {exit_code}"
         if result.limit is None:
-            result.limit = detect(self.limit_text(output, result), result=result)
+            result.limit = self._limit(output, result)
         return result
+
+    def _limit(self, output: str, result: AgentResult) -> LimitSignal | None:
+        """Limits matter only when the run failed: a run that finished its work despite,
+        say, a rejected-then-allowed rate_limit_event must not make the loop wait. One
+        exception: some CLI versions end a limited run "successfully" with the limit text
+        as the whole final message (`Claude AI usage limit reached|<epoch>`)."""
+        if result.is_error:
+            return detect(self.limit_text(output, result), result=result)
+        final = result.final_message or ""
+        if 0 < len(final) <= SHORT_FINAL:
+            signal = detect(final)
+            if signal is not None and signal.kind == "usage":
+                result.is_error = True
+                result.error = result.error or final
+                return signal
+        return None
 
     def parse_output(self, output: str, exit_code: int | None) -> AgentResult:
         """Subclasses: the adapter-specific reading of the output."""
