@@ -61,8 +61,9 @@ def summary_line(rec: dict[str, Any]) -> str:
         parts.append(money(rec["cost_usd"]))
     parts.append(duration(rec.get("duration_s")))
     checks = rec.get("checks") or {}
-    if checks.get("problems"):
-        parts.append(f"checks: {len(checks['problems'])} problem(s)")
+    if checks.get("errors") or checks.get("warnings"):
+        parts.append(f"checks: {checks.get('errors', 0)} error(s), "
+                     f"{checks.get('warnings', 0)} warning(s)")
     return " · ".join(parts)
 
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import hashlib
 import subprocess
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from orchestrator import fsutil, limits, runner
+from orchestrator import checks, fsutil, limits, runner
 from orchestrator.errors import InputError
 
 if TYPE_CHECKING:
@@ -36,39 +36,28 @@ def _git(root: Path, *args: str) -> str | None:
 
 @dataclass(frozen=True)
 class WorkState:
-    """What the working tree looks like: HEAD, a digest of uncommitted changes, references."""
+    """HEAD and a digest of the uncommitted changes (content, not just paths: an agent that
+    edits an already-dirty file made progress too)."""
 
     head: str | None
     tree: str | None
-    refs: dict[str, str] = field(default_factory=dict)
 
     @classmethod
-    def capture(cls, root: Path, exclude: list[str], ref_files: list[Path]) -> WorkState:
+    def capture(cls, root: Path, exclude: list[str]) -> WorkState:
         head = _git(root, "rev-parse", "--verify", "-q", "HEAD")
         spec = ["--", "."] + [f":(exclude){e}" for e in exclude]
         status = _git(root, "status", "--porcelain=v1", "-uall", *spec)
+        if status is None:
+            return cls(head=None, tree=None)
         diff = _git(root, "diff", "HEAD", "--no-ext-diff", "--binary", *spec) if head else ""
-        tree = None
-        if status is not None:
-            h = hashlib.sha256((status + "\0" + (diff or "")).encode())
-            # Untracked files are in `status` by name only: hash their content too.
-            for line in status.splitlines():
-                if line.startswith("?? "):
-                    p = root / line[3:].strip('"')
-                    if p.is_file():
-                        h.update(p.read_bytes())
-            tree = h.hexdigest()
-        refs = {}
-        for f in ref_files:
-            try:
-                refs[Path(f).relative_to(root).as_posix()] = hashlib.sha256(
-                    Path(f).read_bytes()).hexdigest()
-            except (OSError, ValueError):
-                continue
-        return cls(head=head.strip() if head else None, tree=tree, refs=refs)
-
-    def updated_refs(self, after: WorkState) -> list[str]:
-        return sorted(p for p, h in after.refs.items() if self.refs.get(p) != h)
+        h = hashlib.sha256((status + "\0" + (diff or "")).encode())
+        # Untracked files are in `status` by name only: hash their content too.
+        for line in status.splitlines():
+            if line.startswith("?? "):
+                p = root / line[3:].strip('"')
+                if p.is_file():
+                    h.update(p.read_bytes())
+        return cls(head=head.strip() if head else None, tree=h.hexdigest())
 
 
 @dataclass
@@ -169,12 +158,12 @@ class Iteration:
         self.total = len(prd.stories)
         self.passed_before = prd.passed_count()
         self.attempts = 0
+        self.report: Any = None
         memory = Memory.load(self.project)
         self.assembled = build_prompt(loop, story, memory)
         self.prompt_file = loop.run_dir / f"iteration-{n}.prompt.md"
         fsutil.atomic_write_text(self.prompt_file, self.assembled.text)
-        checks = _checks()
-        self.snapshot = checks.snapshot(self.project) if checks else None
+        self.snapshot = checks.snapshot(self.project)
         # Progress is judged against the state before the first attempt, so a retry that
         # follows a partial attempt still sees that attempt's changes.
         self.start = self._state()
@@ -185,8 +174,7 @@ class Iteration:
         return [logs] if logs and not logs.startswith("/") else []
 
     def _state(self) -> WorkState:
-        return WorkState.capture(Path(self.project.root), self._exclude(),
-                                 self.project.references.files())
+        return WorkState.capture(Path(self.project.root), self._exclude())
 
     def spawn(self) -> Attempt:
         self.attempts += 1
@@ -225,7 +213,21 @@ class Iteration:
                        after=self._state(), transcript=transcript)
 
     # ---- record -----------------------------------------------------------------------------
+    def verify(self, attempt: Attempt) -> Any:
+        """Post-story checks (they repair lost history); prd.json is re-read afterwards,
+        since a repair may have restored it."""
+        from orchestrator.prd import Prd
+
+        self.report = checks.verify(self.snapshot, self.project, self.story, attempt.result)
+        attempt.passed = bool(self.report.story_passed)
+        try:
+            attempt.all_passed = Prd.load(Path(self.project.prd_path)).all_passed()
+        except InputError:
+            attempt.all_passed = False
+        return self.report
+
     def record(self, attempt: Attempt) -> dict[str, Any]:
+        """The ledger's iteration record (call after verify)."""
         a = self.assembled
         saved = a.full_history_tokens - a.tokens
         rec: dict[str, Any] = {
@@ -253,41 +255,11 @@ class Iteration:
             "committed": attempt.committed,
             "files_changed": attempt.files_changed,
             "error": attempt.error,
-            "checks": self._checks(attempt),
-            "updated_references": attempt.before.updated_refs(attempt.after),
+            "checks": self.report.to_dict(),
+            "updated_references": list(self.report.updated_references),
             "transcript": self.project.rel(attempt.transcript),
         }
         return rec
-
-    def _checks(self, attempt: Attempt) -> dict[str, Any]:
-        checks = _checks()
-        if checks is None:
-            return {}
-        report = checks.verify(self.snapshot, self.project, self.story, attempt.result)
-        return checks_dict(report)
-
-
-def _checks() -> Any:
-    # INTERIM until helper B's checks.py lands: no post-story checks without it.
-    try:
-        from orchestrator import checks
-    except ImportError:
-        return None
-    return checks
-
-
-def checks_dict(report: Any) -> dict[str, Any]:
-    """The ledger's `checks` field from a checks report (any object with to_dict/problems)."""
-    if report is None:
-        return {}
-    if hasattr(report, "to_dict"):
-        d = dict(report.to_dict())
-    elif isinstance(report, dict):
-        d = dict(report)
-    else:
-        d = {"ok": bool(getattr(report, "ok", True))}
-    d.setdefault("problems", list(getattr(report, "problems", []) or []))
-    return d
 
 
 def build_prompt(loop: Loop, story: Any, memory: Any) -> Any:

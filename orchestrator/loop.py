@@ -31,7 +31,9 @@ from orchestrator.display import Display, summary_line
 from orchestrator.errors import (
     EXIT_ITERATIONS_EXHAUSTED,
     EXIT_OK,
+    EXIT_STUCK,
     BudgetExhausted,
+    FatalError,
     Interrupted,
     Stuck,
 )
@@ -70,34 +72,18 @@ class RunSummary:
 def run(project: Any, options: RunOptions | None = None) -> RunSummary:
     """Run the loop on `project` (a project.Project). Raises FatalError subclasses for
     budget (3), stuck (4), interrupted (130) and input/config problems (2)."""
+    from orchestrator import lock
+
     options = options or RunOptions()
-    with _project_lock(project):
+    with lock.project_lock(project, command="ralph run"):
         return Loop(project, options).run()
 
 
-def _project_lock(project: Any) -> Any:
-    try:
-        from orchestrator import lock
-    except ImportError:  # INTERIM until helper B's lock.py lands
-        import filelock
+class ChecksFailed(FatalError):
+    """`checks: fail` and a post-story check found an error: the run stops (exit 4, like a
+    stuck loop: the loop cannot safely go on by itself)."""
 
-        from orchestrator.errors import LockHeld
-
-        Path(project.lock_path).parent.mkdir(parents=True, exist_ok=True)
-        fl = filelock.FileLock(str(project.lock_path), timeout=0)
-
-        @contextlib.contextmanager
-        def held():
-            try:
-                fl.acquire()
-            except filelock.Timeout:
-                raise LockHeld(f"another `ralph run` holds {project.lock_path}") from None
-            try:
-                yield
-            finally:
-                fl.release()
-        return held()
-    return lock.project_lock(project)
+    exit_code = EXIT_STUCK
 
 
 class Loop:
@@ -132,7 +118,7 @@ class Loop:
         try:
             status, exit_code, message = self._loop()
             return self._summary(status, exit_code, message)
-        except (BudgetExhausted, Stuck, Interrupted) as exc:
+        except FatalError as exc:
             status, exit_code, message = type(exc).__name__.lower(), exc.exit_code, str(exc)
             raise
         except KeyboardInterrupt:
@@ -185,12 +171,13 @@ class Loop:
         it = Iteration(self, self.iteration, story, prd)
         self.display.banner(self.iteration, self.max_iterations, self.agent.name, story.id)
         attempt = self._attempt_until_done(it)
+        report = it.verify(attempt)
         rec = it.record(attempt)
         self.ledger.iteration(rec)
         self.records.append({"event": "iteration", "run_id": self.ledger.run_id, **rec})
         self.budget.add(reported_tokens=attempt.reported_tokens(),
                         estimated_tokens=it.assembled.tokens, cost_usd=attempt.cost_usd())
-        self._after(rec, attempt)
+        self._after(rec, report)
         if rec["outcome"] == "interrupted":
             raise Interrupted(
                 f"interrupted during iteration {self.iteration} ({story.id}); the agent was "
@@ -248,20 +235,25 @@ class Loop:
                           f"retry {retry}/{self.cfg.retries.transient}")
         self.display.countdown(delay, "backoff", self.options.sleep)
 
-    def _after(self, rec: dict[str, Any], attempt: Attempt) -> None:
+    def _after(self, rec: dict[str, Any], report: Any) -> None:
         self.display.line(summary_line(rec), style="bold green" if rec["outcome"] == "passed"
                           else "bold")
         if rec.get("completion") == "false":
             self.display.warn(
                 f"the agent said {SENTINEL} but prd.json still has stories with passes "
                 "false: ignored (false completion); continuing")
-        problems = (rec.get("checks") or {}).get("problems") or []
-        for p in problems:
-            self.display.warn(f"check: {p}")
-        self.notes = list(problems) if self.cfg.checks == "retry" else []
-        if problems and self.cfg.checks == "fail":
-            raise Stuck(f"post-story checks failed for {rec['story_id']} (checks: fail): "
-                        + "; ".join(problems))
+        for f in report.findings:
+            if f.severity != "info":
+                self.display.warn(f"check ({f.kind}): {f.message}"
+                                  + (f" Fix: {f.fix}" if f.fix else ""))
+        policy = self.cfg.checks
+        self.notes = report.fix_notes() if policy == "retry" and not report.ok else []
+        if policy == "fail" and not report.ok:
+            raise ChecksFailed(
+                f"post-story checks failed for {rec['story_id']} (checks: fail): "
+                + "; ".join(f.message for f in report.errors())
+                + f". Details in the ledger ({self.project.ledger_path}); fix them, then "
+                "run `ralph run` again.")
         for w in self.budget.warnings():
             self.display.warn(w)
 
