@@ -20,8 +20,6 @@ the report says `restored: true`. Every write is atomic.
 from __future__ import annotations
 
 import datetime as _dt
-import difflib
-import re
 import shutil
 import subprocess
 from dataclasses import asdict, dataclass, field
@@ -32,6 +30,7 @@ import structlog
 
 from orchestrator import fsutil
 from orchestrator.errors import InputError, PathEscapeError
+from orchestrator.history import lines, merge_history
 from orchestrator.prd import Prd, Story
 from orchestrator.progress import Progress
 
@@ -42,7 +41,6 @@ if TYPE_CHECKING:
 log = structlog.get_logger()
 
 Severity = Literal["error", "warning", "info"]
-_LINE = re.compile(r"[^\n]*\n|[^\n]+\Z")
 
 
 @dataclass
@@ -278,59 +276,6 @@ def _compare_stories(before: Prd, after: Prd, project: Project, report: CheckRep
 
 # --------------------------------------------------------------------------- progress.txt
 
-def _lines(text: str) -> list[str]:
-    return _LINE.findall(text)
-
-
-def _index_lines(text: str) -> range:
-    """Line numbers of the Progress Index section in `text` (empty when there is none)."""
-    progress = Progress.parse(text)
-    if not progress.has_index:
-        return range(0)
-    start = text.find(progress.index_text)
-    first = text.count("\n", 0, start)
-    return range(first, first + len(_lines(progress.index_text)))
-
-
-def _trivial(line: str) -> bool:
-    return line.strip() in ("", "---", "***", "___")
-
-
-def _anchors(matcher: difflib.SequenceMatcher, a: list[str]) -> list[Any]:
-    """Matching blocks, minus those made only of blank/separator lines: matching an old
-    entry's closing "---" to the agent's new one would splice the new entry into the old."""
-    return [m for m in matcher.get_matching_blocks()
-            if m.size == 0 or any(not _trivial(a[k]) for k in range(m.a, m.a + m.size))]
-
-
-def merge_history(old: str, new: str) -> tuple[str, list[str]]:
-    """(old history with the new material added, old lines the new text lost).
-
-    Lines may be inserted anywhere and the index section may change freely; any other old
-    line that is gone (or changed) is put back in place, just before what replaced it.
-    Whitespace at line ends, blank lines and "---" separators alone do not count as history.
-    """
-    if new.startswith(old):
-        return new, []
-    a, b = _lines(old), _lines(new)
-    # The index may be edited in place, but dropping the whole section loses its rows.
-    index = _index_lines(old) if Progress.parse(new).has_index else range(0)
-    matcher = difflib.SequenceMatcher(
-        None, [x.rstrip() for x in a], [x.rstrip() for x in b], autojunk=False
-    )
-    out: list[str] = []
-    lost: list[str] = []
-    i = j = 0
-    for block in _anchors(matcher, a):
-        kept = [a[k] for k in range(i, block.a) if k not in index]
-        lost += [x for x in kept if not _trivial(x)]
-        out += kept + b[j:block.b] + b[block.b:block.b + block.size]
-        i, j = block.a + block.size, block.b + block.size
-    nl = "\r\n" if "\r\n" in new else "\n"
-    fixed = [x if x.endswith("\n") or n == len(out) - 1 else x + nl for n, x in enumerate(out)]
-    return "".join(fixed), lost
-
-
 def _check_progress(snap: Snapshot, project: Project, report: CheckReport) -> Progress | None:
     path, shown = project.progress_path, project.rel(project.progress_path)
     now = _read_or_none(path)
@@ -358,8 +303,9 @@ def _check_progress(snap: Snapshot, project: Project, report: CheckReport) -> Pr
 
 
 def _check_entry(snap: Snapshot, progress: Progress, report: CheckReport, shown: str) -> None:
-    old = {e.text for e in Progress.parse(snap.progress_text or "").entries}
-    new = [e for e in progress.entries if e.text not in old]
+    # rstrip: appending after an entry moves the blank line between them into the old one.
+    old = {e.text.rstrip() for e in Progress.parse(snap.progress_text or "").entries}
+    new = [e for e in progress.entries if e.text.rstrip() not in old]
     report.new_entries = len(new)
     sid = report.story_id.lower()
     mine = [e for e in new if sid in e.heading.lower()
@@ -426,7 +372,7 @@ def _check_rows(progress: Progress, store: ReferenceStore, old_rows: set[tuple[s
 
 
 def _check_table_syntax(progress: Progress, report: CheckReport) -> None:
-    for n, line in enumerate(_lines(progress.index_text)[1:], start=2):
+    for n, line in enumerate(lines(progress.index_text)[1:], start=2):
         body = line.strip()
         if body.startswith("|") and (not body.endswith("|") or body.count("|") < 3):
             report.add("index_malformed", "error",

@@ -11,6 +11,7 @@ from conftest import corpus_cases
 
 from orchestrator import fsutil
 from orchestrator.checks import merge_history, snapshot, verify
+from orchestrator.prd import Prd
 from orchestrator.progress import Progress
 from orchestrator.project import Project, locate
 
@@ -80,7 +81,7 @@ P('prd.json').write_text(json.dumps(prd, indent=2) + '\\n')
 """
 APPEND_ENTRY = """
 with open('progress.txt', 'a') as f:
-    f.write('## 2026-11-30 06:00 - US-002\\n- Did story 2\\n---\\n')
+    f.write('\\n## 2026-11-30 06:00 - US-002\\n- Did story 2\\n---\\n')
 """
 COMMIT = """
 subprocess.run(['git', 'add', '-A'], check=True)
@@ -97,8 +98,7 @@ t = t.replace('| Auth flow | ralph/references/auth-flow.md |\\n',
               '| Auth flow | ralph/references/auth-flow.md |\\n| DB | ralph/references/db.md |\\n')
 P('progress.txt').write_text(t)
 """ + COMMIT)
-    story = next(s for s in __import__("orchestrator.prd").prd.Prd.load(project.prd_path).stories
-                 if s.id == "US-002")
+    story = Prd.load(project.prd_path).get("US-002")
     report = verify(snap, project, story)
     assert report.ok, report.findings
     assert [f for f in report.findings if f.severity != "info"] == []
@@ -279,6 +279,30 @@ def test_merge_puts_back_deleted_and_replaced_lines() -> None:
     assert merged == "a\r\nb\r\nc\r\n"
 
 
+def test_merge_never_splices_a_new_entry_into_an_old_one() -> None:
+    learn = "- **Learnings for future iterations:**\n  - notes live in out/\n---\n"
+    old = "# Log\n---\n\n## Progress Index\n| T | ralph/references/a.md |\n\n" \
+          "## 2026 - US-001\n- did one\n" + learn
+    # the agent kept only the header and wrote its own entry, reusing a learning line
+    new = "# Log\n---\n\n## 2026 - US-002\n- did two\n" + learn
+    merged, lost = merge_history(old, new)
+    assert merged == old + "## 2026 - US-002\n- did two\n" + learn
+    assert "- did one\n" in lost and "| T | ralph/references/a.md |\n" in lost
+
+
+def test_merge_keeps_the_agents_index_and_pattern_edits() -> None:
+    old = "# Log\n\n## Progress Index\n| A | ralph/references/a.md |\n\n" \
+          "## Codebase Patterns\n- one\n- two\n\n## 2026 - US-001\n- x\n"
+    new = "# Log\n\n## Progress Index\n| A2 | ralph/references/a.md |\n| B | " \
+          "ralph/references/b.md |\n\n## Codebase Patterns\n- one\n- 1.5\n\n" \
+          "## 2026 - US-002\n- y\n"
+    merged, lost = merge_history(old, new)
+    assert lost == ["- two\n", "## 2026 - US-001\n", "- x\n"]
+    assert merged == ("# Log\n\n## Progress Index\n| A2 | ralph/references/a.md |\n| B | "
+                      "ralph/references/b.md |\n\n## Codebase Patterns\n- one\n- two\n- 1.5\n"
+                      "\n## 2026 - US-001\n- x\n## 2026 - US-002\n- y\n")
+
+
 @pytest.mark.parametrize("path", corpus_cases("progress.txt"))
 def test_merge_on_real_histories(path: Path) -> None:
     old = fsutil.read_text(path)
@@ -293,5 +317,38 @@ def test_merge_on_real_histories(path: Path) -> None:
     damaged = old.replace(victim, "", 1) + sep + added
     merged, lost = merge_history(old, damaged)
     assert lost
-    assert merged.replace("\r\n", "\n").startswith(old.replace("\r\n", "\n").rstrip("\n"))
-    assert merged.rstrip("\n").endswith(added.rstrip("\n"))
+    assert merged == old + sep + added
+
+
+# --------------------------------------------------------------------------- through the loop
+
+def _loop_with_fault(tmp_path: Path, fault: str) -> tuple[Path, dict]:
+    from run_helpers import iterations, make_project, ralph
+
+    root = make_project(tmp_path / "p", 2, config={"mode": "indexed"},
+                        sim_env={"RALPH_SIM_FAULT": fault, "RALPH_SIM_FAULT_STORY": "US-002"})
+    out = ralph(root, "run", "--tool", "sim", "5", timeout=240)
+    assert out.returncode == 0, out.stderr
+    record = next(r for r in iterations(root) if r["story_id"] == "US-002")
+    return root, record["checks"]
+
+
+def test_loop_restores_a_truncated_progress_txt(tmp_path: Path) -> None:
+    root, checks = _loop_with_fault(tmp_path, "truncate-progress")
+    assert checks["restored"] is True and checks["ok"] is False
+    assert "history_lost" in {f["kind"] for f in checks["findings"]}
+    text = fsutil.read_text(root / "scripts" / "ralph" / "progress.txt")
+    progress = Progress.parse(text)
+    assert [e.story_ids for e in progress.entries] == [["US-001"], ["US-002"]]
+    assert progress.has_index
+    (backup,) = checks["backups"]
+    agents = Progress.parse(fsutil.read_text(root / backup))
+    assert [e.story_ids for e in agents.entries] == [["US-002"]]
+
+
+def test_loop_restores_a_deleted_reference(tmp_path: Path) -> None:
+    root, checks = _loop_with_fault(tmp_path, "delete-reference")
+    kinds = {f["kind"] for f in checks["findings"]}
+    assert "reference_deleted" in kinds and checks["restored"] is True
+    for row in Progress.load(root / "scripts" / "ralph" / "progress.txt").index_rows:
+        assert (root / row.path).is_file(), row
