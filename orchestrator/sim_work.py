@@ -1,0 +1,283 @@
+"""One story's work by the simulated agent: read, write, record, commit (see sim_agent)."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import re
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from orchestrator import fsutil, sim_prompt
+from orchestrator.prd import Prd, Story
+from orchestrator.progress import Progress
+from orchestrator.sim_options import Options
+from orchestrator.sim_script import StoryPlan, generated_plan, load_script, safe_target
+from orchestrator.sim_stream import Stream
+
+SENTINEL = "<promise>COMPLETE</promise>"
+DEFAULT_REFERENCES_DIR = "ralph/references"
+_FALLBACK_IDENTITY = ["-c", "user.name=Ralph Sim", "-c", "user.email=ralph-sim@localhost"]
+
+
+def slugify(topic: str) -> str:
+    """The references module's slug when present, so both name files the same way."""
+    try:
+        from orchestrator.references import slugify as shared
+    except ImportError:  # references.py lands separately; same rule as its contract
+        return re.sub(r"[^a-z0-9]+", "-", topic.lower()).strip("-") or "notes"
+    return shared(topic)
+
+
+def changed_region(old: str, new: str) -> tuple[str, str]:
+    """The smallest whole-line span that differs, as an Edit tool's old/new strings."""
+    start = 0
+    while start < min(len(old), len(new)) and old[start] == new[start]:
+        start += 1
+    start = old.rfind("\n", 0, start) + 1
+    end = 0
+    while end < min(len(old), len(new)) - start and old[-1 - end] == new[-1 - end]:
+        end += 1
+    tail = old[len(old) - end:]
+    cut = tail.find("\n")
+    end = end - (cut + 1) if cut >= 0 else 0
+    return old[start:len(old) - end], new[start:len(new) - end]
+
+
+def _normal(text: str) -> str:
+    return " ".join(text.split())
+
+
+@dataclass
+class Work:
+    stream: Stream
+    ws: sim_prompt.Workspace
+    prd: Prd
+    story: Story
+    prompt: str
+    mode: str
+    faults: set[str]
+    opts: Options
+    touched: list[str] = field(default_factory=list)
+    read_paths: set[str] = field(default_factory=set)
+    last_entry: str = ""
+    _plan: StoryPlan | None = None
+
+    # ---- the story, start to end -----------------------------------------------------------
+    def run(self) -> int:
+        s = self.stream
+        s.say(f"I'll implement {self.story.id} - {self.story.title} ({self.mode} mode).")
+        self.read_context()
+        stop = self.midway_faults(before_writing=True)
+        if stop is not None:
+            return stop
+        plan = self.plan()
+        s.say(f"Implementing {self.story.id}: {len(plan.files)} file(s) to write.")
+        self.write_files(plan)
+        stop = self.midway_faults(before_writing=False)
+        if stop is not None:
+            return stop
+        if "skip-prd" not in self.faults:
+            self.mark_passed()
+        ref_path = self.record_reference(plan) if self.mode == "indexed" else None
+        self.append_progress(plan, ref_path)
+        self.apply_damage()
+        if "skip-commit" not in self.faults:
+            self.commit()
+        return self.finish()
+
+    def midway_faults(self, before_writing: bool) -> int | None:
+        if before_writing and "noop" in self.faults:
+            text = f"I looked at {self.story.id} but did not change anything this time."
+            self.stream.say(text)
+            self.stream.result(text)
+            return 0
+        if not before_writing and "crash-midway" in self.faults:
+            print("Error: simulated crash after writing files (fault 'crash-midway')",
+                  file=sys.stderr, flush=True)
+            return self.opts.exit_code
+        return None
+
+    # ---- reading --------------------------------------------------------------------------
+    def read(self, path: Path, text: str | None = None) -> str:
+        text = fsutil.read_text(path) if text is None else text
+        self.read_paths.add(str(path.resolve()))
+        self.stream.read_file(str(path), text)
+        return text
+
+    def inlined(self, text: str) -> bool:
+        return bool(text.strip()) and _normal(text) in _normal(self.prompt)
+
+    def read_context(self) -> None:
+        self.read(self.ws.prd_path)
+        if not self.ws.progress_path.is_file():
+            return
+        if self.mode == "full":
+            text = fsutil.read_text(self.ws.progress_path)
+            if not self.inlined(text):
+                self.read(self.ws.progress_path, text)  # Ralph: the whole log, every time
+            return
+        progress = Progress.load(self.ws.progress_path)
+        if progress.has_index and "progress index" not in self.prompt.lower():
+            # Only the index table (the RFC: "read ONLY the index table").
+            self.stream.tool("Read", {"file_path": str(self.ws.progress_path),
+                                      "limit": progress.index_text.count("\n") + 1},
+                             progress.index_text, read_text=progress.index_text)
+        for topic in self.plan().reads:
+            self.open_reference(topic, progress)
+
+    def open_reference(self, topic: str, progress: Progress) -> None:
+        path = self.reference_path(topic, progress)
+        if path is None or not path.is_file() or str(path.resolve()) in self.read_paths:
+            return
+        text = fsutil.read_text(path)
+        if not self.inlined(text):  # given in the prompt: no need to open it
+            self.read(path, text)
+
+    # ---- planning and writing -----------------------------------------------------------
+    def plan(self) -> StoryPlan:
+        if self._plan is None:
+            script = self.opts.script or (self.ws.ralph_dir / "sim.yaml")
+            found = load_script(script).plan_for(self.story.id) if script.is_file() else None
+            self._plan = found or generated_plan(self.story)
+        return self._plan
+
+    def write_files(self, plan: StoryPlan) -> None:
+        for spec in plan.files:
+            target = safe_target(self.ws.root, spec.path)
+            existed = target.exists()
+            fsutil.atomic_write_text(target, spec.content)
+            self.touched.append(spec.path)
+            self.stream.write_file(str(target), spec.content, existed)
+
+    def edit(self, path: Path, new_text: str) -> None:
+        old_text = fsutil.read_text(path) if path.exists() else ""
+        fsutil.atomic_write_text(path, new_text)
+        self.touched.append(self.ws.rel(path))
+        if old_text:
+            old, new = changed_region(old_text, new_text)
+            self.stream.edit_file(str(path), old, new)
+        else:
+            self.stream.write_file(str(path), new_text, existed=False)
+
+    def mark_passed(self) -> None:
+        self.prd.mark_passed(self.story.id)
+        self.edit(self.ws.prd_path, self.prd.render())
+
+    # ---- memory: progress entry, reference, index row ---------------------------------
+    def refs_dir(self, progress: Progress | None) -> str:
+        marked = sim_prompt.references_dir(self.prompt)
+        if marked:
+            return marked
+        for row in progress.index_rows if progress else []:
+            parent = PurePosixPath(row.path).parent.as_posix()
+            if parent not in ("", "."):
+                return parent
+        return DEFAULT_REFERENCES_DIR
+
+    def reference_rel(self, topic: str, progress: Progress | None) -> str:
+        for row in progress.index_rows if progress else []:
+            if row.topic.strip().lower() == topic.strip().lower():
+                return row.path
+        return f"{self.refs_dir(progress)}/{slugify(topic)}.md"
+
+    def reference_path(self, topic: str, progress: Progress | None) -> Path | None:
+        try:
+            return safe_target(self.ws.root, self.reference_rel(topic, progress))
+        except Exception:  # a row pointing outside the project is never followed
+            return None
+
+    def record_reference(self, plan: StoryPlan) -> str | None:
+        progress = self.load_progress()
+        rel = self.reference_rel(plan.learning.topic, progress)
+        path = self.reference_path(plan.learning.topic, progress)
+        if path is None:
+            return None
+        section = (f"## {self.story.id} - {self.story.title}\n"
+                   + "".join(f"- {b}\n" for b in plan.learning.bullets))
+        if path.is_file():
+            old = fsutil.read_text(path)
+            if str(path.resolve()) not in self.read_paths and not self.inlined(old):
+                self.read(path, old)
+            sep = "" if old.endswith("\n\n") else ("\n" if old.endswith("\n") else "\n\n")
+            self.edit(path, old + sep + section)
+        else:
+            self.edit(path, f"# {plan.learning.topic}\n\n{section}")
+        if "forget-index-row" not in self.faults:
+            updated = progress.with_index_row(plan.learning.topic, rel)
+            self.edit(self.ws.progress_path, updated.render())
+        return rel
+
+    def load_progress(self) -> Progress:
+        if self.ws.progress_path.is_file():
+            return Progress.load(self.ws.progress_path)
+        return Progress.parse("")
+
+    def entry_block(self, plan: StoryPlan, ref_path: str | None) -> str:
+        now = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
+        files = [f.path for f in plan.files] + ([ref_path] if ref_path else [])
+        lines = [f"## {now} - {self.story.id}", f"- Implemented: {self.story.title}"]
+        lines += [f"- {b}" for b in plan.summary]
+        lines.append(f"- Files changed: {', '.join(files) or 'none'}")
+        if ref_path:
+            lines.append(f"- Reference updated: {ref_path} ({plan.learning.topic})")
+        lines.append("- **Learnings for future iterations:**")
+        lines += [f"  - {b}" for b in plan.learning.bullets]
+        return "\n".join(lines) + "\n---\n"
+
+    def append_progress(self, plan: StoryPlan, ref_path: str | None) -> None:
+        block = self.entry_block(plan, ref_path)
+        progress = self.load_progress()
+        lead = "\n" if progress.text.strip() and not progress.text.endswith("\n\n") else ""
+        new = progress.append_entry(lead + block).render()
+        fsutil.atomic_write_text(self.ws.progress_path, new)
+        self.touched.append(self.ws.rel(self.ws.progress_path))
+        rel = self.ws.rel(self.ws.progress_path)
+        self.stream.bash(f"cat >> {rel} <<'EOF'\n{lead + block}EOF", "Append progress entry")
+        self.last_entry = block
+
+    # ---- faults that damage memory ------------------------------------------------------
+    def apply_damage(self) -> None:
+        if "truncate-progress" in self.faults:
+            progress = self.load_progress()
+            text = progress.header.rstrip("\n") + "\n\n" + self.last_entry
+            fsutil.atomic_write_text(self.ws.progress_path, text)
+            self.stream.write_file(str(self.ws.progress_path), text, existed=True)
+        if "delete-reference" in self.faults:
+            for row in self.load_progress().index_rows:
+                path = self.reference_path(row.topic, self.load_progress())
+                if path is not None and path.is_file():
+                    path.unlink()
+                    self.touched.append(self.ws.rel(path))
+                    self.stream.bash(f"rm {self.ws.rel(path)}", "Remove reference file")
+                    break
+
+    # ---- commit and final message -------------------------------------------------------
+    def git(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["git", *args], cwd=self.ws.root, capture_output=True, text=True)
+
+    def commit(self) -> None:
+        message = f"feat: {self.story.id} - {self.story.title}"
+        paths = sorted(set(self.touched))
+        add = self.git("add", "-A", "--", *paths)
+        identity = [] if self.git("config", "user.email").stdout.strip() else _FALLBACK_IDENTITY
+        done = self.git(*identity, "commit", "-q", "-m", message) if add.returncode == 0 else add
+        shown = " ".join(paths)
+        output = (done.stdout + done.stderr).strip() or self.git(
+            "log", "--oneline", "-1").stdout.strip()
+        self.stream.bash(f"git add -A -- {shown} && git commit -m '{message}'",
+                         "Commit the story", output)
+
+    def finish(self) -> int:
+        remaining = sum(1 for st in self.prd.stories if not st.passes)
+        if remaining == 0:
+            text = f"{self.story.id} is done and all stories pass. {SENTINEL}"
+        elif "early-sentinel" in self.faults:
+            text = f"{self.story.id} is done. {SENTINEL}"
+        else:
+            text = (f"{self.story.id} is done: {self.story.title}. "
+                    f"{remaining} stories still have passes: false.")
+        self.stream.say(text)
+        self.stream.result(text)
+        return 0
