@@ -75,3 +75,23 @@ def test_lock_is_free_again_after_the_block_and_across_an_error(tmp_path: Path) 
     assert not is_locked(project)
     assert not holder_path(project.lock_path).exists()
     assert project.lock_path.parent == project.logs_dir
+
+
+def test_ralph_run_refuses_a_locked_project(tmp_path: Path) -> None:
+    from run_helpers import make_project, ralph
+
+    root = make_project(tmp_path / "p", 1)
+    child = hold_in_child(root)
+    try:
+        out = ralph(root, "run", "--tool", "sim", "1")
+    finally:
+        child.kill()
+        child.wait(10)
+    assert out.returncode == 2
+    assert f"ralph: error: another ralph run (pid {child.pid}, started " in out.stderr
+    assert "wait for it or stop it" in out.stderr
+    # nothing ran: the story is still pending and no iteration was recorded
+    assert '"passes": false' in (root / "scripts" / "ralph" / "prd.json").read_text()
+    # once the holder is gone, the same command runs
+    out = ralph(root, "run", "--tool", "sim", "1")
+    assert out.returncode == 0, out.stderr
