@@ -182,3 +182,27 @@ def ralph_argv(*args: str) -> list[str]:
     if script.exists():
         return [str(script), *args]
     return [sys.executable, "-m", "orchestrator", *args]
+
+
+def read_ledger(repo: Path, log_dir: str = "ralph/logs") -> list[dict[str, Any]]:
+    path = repo / log_dir / "ledger.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def iterations(ledger: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [rec for rec in ledger if rec.get("event") == "iteration"]
+
+
+def processes_in(folder: Path) -> list[int]:
+    """PIDs of live processes whose working directory is inside `folder` (Linux /proc)."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cwd = Path(os.readlink(proc / "cwd"))
+        except OSError:
+            continue
+        if cwd == folder or folder in cwd.parents:
+            pids.append(int(proc.name))
+    return pids

