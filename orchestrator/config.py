@@ -409,7 +409,7 @@ def load_config(path: Path | None, overrides: Mapping[str, Any] | None = None) -
     except ValidationError as exc:
         raise _config_error(exc, source, given) from None
     for w in warnings:
-        log.warning(w, kind="config.unknown_key")
+        log.warning(w)
     config._warnings = warnings
     config._path = Path(path) if source != "defaults" and path is not None else None
     return config

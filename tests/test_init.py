@@ -162,3 +162,21 @@ def test_context_section_uses_the_configured_references_folder(tmp_path: Path) -
     assert "docs/memory/<topic>.md" in text and "ralph/references" not in text
     assert add_context_indexing(p, "docs/memory").kind == "unchanged"
     assert context_section().startswith("## Context Indexing\n")
+
+
+def test_unknown_key_in_existing_ralph_yaml_is_a_warning_on_stderr(tmp_path: Path) -> None:
+    (tmp_path / "ralph.yaml").write_text("tool: claude\nbudget:\n  promt_tokens: 3\n")
+    out = ralph(tmp_path, "init")
+    assert out.returncode == 0
+    assert ("ralph: warning: ralph.yaml: unknown key 'budget.promt_tokens' "
+            "(did you mean 'budget.prompt_tokens'?)") in out.stderr
+    assert "kept     ralph.yaml" in out.stdout
+
+
+def test_dir_flag_differing_from_ralph_yaml_is_pointed_out(tmp_path: Path) -> None:
+    (tmp_path / "ralph.yaml").write_text("ralph_dir: loop\n")
+    out = ralph(tmp_path, "init", "--dir", "other")
+    assert out.returncode == 0
+    assert "its ralph_dir is 'loop': set it to this folder or pass --dir" in out.stdout
+    assert (tmp_path / "other" / "prd.json").is_file()
+    assert not (tmp_path / "loop").exists()

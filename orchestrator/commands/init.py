@@ -36,9 +36,12 @@ def _shown(path: Path, root: Path) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from orchestrator import log
+
+    log.configure(None, verbose=args.verbose)   # ralph.yaml warnings as stderr lines
     result = init_project(Path.cwd(), args.ralph_dir, force=args.force, example=args.example)
     project = result.project
-    where = "git repository" if project.in_git else "folder (not a git repository)"
+    where = "git repository" if project.in_git else "not a git repository"
     print(f"ralph init: project {project.root} ({where})")
     print(f"Ralph folder: {_shown(project.ralph_dir, project.root) or './'}")
     for a in result.actions:
