@@ -226,9 +226,13 @@ def _check_prd(snap: Snapshot, project: Project, report: CheckReport) -> None:
         report.add("prd_missing", "error", "prd.json did not exist before the iteration",
                    "create it (`ralph init`)", project.rel(project.prd_path))
         return
-    before = Prd.parse(snap.prd_text, project.prd_path)
-    now_text = _read_or_none(project.prd_path)
     shown = project.rel(project.prd_path)
+    try:
+        before = Prd.parse(snap.prd_text, project.prd_path)
+    except InputError as exc:  # already broken before the agent ran: nothing to compare
+        report.add("prd_invalid_before", "warning", str(exc), "fix prd.json", shown)
+        return
+    now_text = _read_or_none(project.prd_path)
     if now_text is None:
         report.add("prd_deleted", "error", "the agent deleted prd.json; it was restored",
                    "never delete prd.json; only set the story's passes to true", shown)
@@ -285,7 +289,8 @@ def _check_progress(snap: Snapshot, project: Project, report: CheckReport) -> Pr
                        "restored", "never delete progress.txt; append to it", shown)
             _restore(project, report, path, snap.progress_text)
             return Progress.parse(snap.progress_text)
-        report.add("progress_missing", "error", "progress.txt does not exist",
+        severity: Severity = "error" if report.story_passed else "info"
+        report.add("progress_missing", severity, "progress.txt does not exist",
                    "append your progress entry to progress.txt", shown)
         return None
     if snap.progress_text is not None:
@@ -328,7 +333,12 @@ def _check_references(snap: Snapshot, project: Project, report: CheckReport,
             report.add("reference_deleted", "warning", f"reference {index_path} was deleted; "
                        "it was restored", "update references instead of deleting them "
                        "(`ralph compact` retires stale ones)", index_path)
-            _restore(project, report, store.resolve(index_path), data)
+            try:
+                target = store.resolve(index_path)
+            except PathEscapeError as exc:  # the folder itself was swapped for a symlink out
+                report.add("reference_unrestorable", "error", str(exc), "", index_path)
+                continue
+            _restore(project, report, target, data)
     changed = sorted(p for p, d in after.items() if snap.references.get(p) != d)
     report.updated_references = changed
     if progress is None:

@@ -220,6 +220,22 @@ def test_deleted_reference_is_restored(project: Project) -> None:
     assert report.restored_files == ["ralph/references/auth-flow.md"]
 
 
+def test_deleted_files_and_folders_are_restored(project: Project) -> None:
+    snap = snapshot(project)
+    agent(project, "import shutil\nP('progress.txt').unlink()\nP('prd.json').unlink()\n"
+                   "shutil.rmtree('ralph/references')\n")
+    report = verify(snap, project, "US-002")
+    assert {"progress_deleted", "prd_deleted"} <= {f.kind for f in report.errors()}
+    assert "reference_deleted" in {f.kind for f in report.warnings()}
+    assert fsutil.read_text(project.progress_path) == PROGRESS
+    assert fsutil.read_text(project.prd_path) == snap.prd_text
+    assert (project.references.dir / "auth-flow.md").read_bytes() == \
+        snap.references["ralph/references/auth-flow.md"]
+    assert sorted(report.restored_files) == ["prd.json", "progress.txt",
+                                             "ralph/references/auth-flow.md"]
+    assert report.backups == []          # nothing of the agent's to keep: it deleted them
+
+
 def test_passed_story_needs_a_commit_entry_and_clean_tree(project: Project) -> None:
     snap = snapshot(project)
     agent(project, MARK_PASSED + "P('src.py').write_text('x = 1\\n')\n")
