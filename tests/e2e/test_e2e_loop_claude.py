@@ -78,7 +78,7 @@ def test_three_stories_end_to_end(tmp_path, home, claude_bin):
         assert result["usage"]["input_tokens"] == sent_in and sent_cache > 0
         assert rec["cost_usd"] == result["total_cost_usd"] > 0
         assert rec["agent"] == "claude" and rec["committed"] is True
-        assert rec["checks"]["ok"] is True and rec["checks"]["problems"] == []
+        assert rec["checks"]["ok"] is True and rec["checks"]["findings"] == []
         assert rec["checks"]["updated_references"] == [sp.ref_path(sp.story_by_id(
             rec["story_id"]))]
     # Cost: the CLI prices fresh input, cache reads (a tenth) and output itself.
