@@ -11,7 +11,7 @@ redacted, to the transcript -> on exit, wall/idle timeout or Ctrl-C, end the who
 SIGTERM, a grace period, then SIGKILL. The group is also ended after a normal exit, so a dev
 server the agent left in the background cannot hold ports or the pty into the next iteration.
 KeyboardInterrupt is not re-raised: the outcome says `interrupted=True` and the caller records
-the iteration, then exits 130.
+the iteration, then exits 130. SIGTERM/SIGHUP to ralph during a run are treated the same way.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import os
 import re
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -84,19 +85,9 @@ def run(
     log.debug("agent_spawned", pid=child.pid, argv=[redactor(a)[:200] for a in argv])
     with _open_transcript(transcript_path) as transcript:
         reader = _LineReader(on_line, transcript, redactor)
-        timed_out, interrupted = None, False
-        try:
-            timed_out = _pump(child, reader, start, wall_timeout, idle_timeout)
-            if timed_out is None:
-                _await_exit(child, EXIT_WAIT_S)
-        except KeyboardInterrupt:
-            interrupted = True
-        finally:
-            # Also on errors in on_line: never leave an agent running behind us.
-            _end_group(child, grace)
-            with contextlib.suppress(Exception):
-                reader.feed(child.read_nonblocking(1 << 20, timeout=0))
-            reader.flush()
+        with _stop_signals_interrupt():
+            timed_out, interrupted = _supervise(child, reader, start, wall_timeout,
+                                                idle_timeout, grace)
     exit_code = _exit_code(child)
     outcome = RunOutcome(exit_code, "\n".join(reader.lines), timed_out, interrupted,
                          round(time.monotonic() - start, 3))
@@ -155,6 +146,52 @@ def clean_line(raw: str) -> str:
     if "\r" in line:  # a progress bar redrawn in place: keep what a terminal would show
         line = line.rsplit("\r", 1)[1]
     return _ESCAPES.sub("", line) if ("\x1b" in line or not line.isprintable()) else line
+
+
+def _supervise(child: pexpect.spawn, reader: _LineReader, start: float,
+               wall_timeout: float | None, idle_timeout: float | None,
+               grace: float) -> tuple[TimedOut | None, bool]:
+    """Pump output until exit/timeout/Ctrl-C, then end the group; (timed_out, interrupted)."""
+    timed_out, interrupted = None, False
+    try:
+        timed_out = _pump(child, reader, start, wall_timeout, idle_timeout)
+        if timed_out is None:
+            _await_exit(child, EXIT_WAIT_S)
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        # Also on errors in on_line: never leave an agent running behind us.
+        try:
+            _end_group(child, grace)
+        except KeyboardInterrupt:  # a second Ctrl-C: no more grace
+            _signal_group(child.pid, signal.SIGKILL)
+            interrupted = True
+        with contextlib.suppress(Exception):
+            reader.feed(child.read_nonblocking(1 << 20, timeout=0))
+        reader.flush()
+    return timed_out, interrupted
+
+
+@contextlib.contextmanager
+def _stop_signals_interrupt():
+    """While an agent runs, SIGTERM/SIGHUP to us (a CI timeout, a closed terminal) act like
+    Ctrl-C: the agent's group is ended and the iteration recorded, never orphaned."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # handlers can only be installed from the main thread
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = {}
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        with contextlib.suppress(ValueError, OSError):
+            previous[sig] = signal.signal(sig, interrupt)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 class _LineReader:

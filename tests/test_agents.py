@@ -579,3 +579,16 @@ def test_check_available_uses_the_agents_own_path(tmp_path, bin_dir):
         get_agent("claude", None)
     agent = get_agent("claude", {"env": {"PATH": f"{other}{os.pathsep}/usr/bin"}})
     assert agent.check_available() == str(other / "claude")
+
+
+def test_command_agent_reads_aider_token_lines():
+    out = ("Aider v0.86\nTokens: 4.1k sent, 3.3k cache write, 7.8k cache hit, 221 received. "
+           "Cost: $0.02 message, $0.02 session.\nApplied edit to greet.py\n"
+           "Tokens: 12k sent, 1.5k received. Cost: $0.05 message, $0.07 session.\n"
+           "Done. " + SENTINEL + "\n")
+    agent = get_agent("aider", {"command": ["aider", "--message-file", "{prompt_file}"]},
+                      check=False)
+    result = agent.parse(out, 0)
+    assert result.usage == Usage(16100, 1721, 7800, 3300)
+    assert result.cost_usd == pytest.approx(0.07)
+    assert result.final_message.endswith(SENTINEL)

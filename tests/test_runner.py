@@ -207,3 +207,20 @@ def test_terminal_control_sequences_are_removed(tmp_path):
     out = runner.run([PY, "-c", code], cwd=tmp_path, transcript_path=transcript)
     assert out.output == "green plain\n\ntab\there"
     assert transcript.read_text() == "green plain\n\ntab\there\n"
+
+
+def test_sigterm_to_ralph_ends_the_agent_too(fake, tmp_path, monkeypatch):
+    exe, prompt = fake
+    pid_file = tmp_path / "grandchild.pid"
+    monkeypatch.setenv("FAKE_GRANDCHILD", str(pid_file))
+    monkeypatch.setenv("FAKE_SLEEP", "60")
+    before = signal.getsignal(signal.SIGTERM)
+    timer = threading.Timer(1.5, os.kill, (os.getpid(), signal.SIGTERM))
+    timer.start()
+    try:
+        out = runner.run([str(exe)], cwd=tmp_path, stdin_file=prompt, wall_timeout=30, grace=2)
+    finally:
+        timer.cancel()
+    assert out.interrupted and out.duration_s < 8
+    assert not alive(wait_pid_file(pid_file))
+    assert signal.getsignal(signal.SIGTERM) == before  # our handler is gone again

@@ -2,9 +2,10 @@
 
 The prompt goes on stdin, unless an argv word contains `{prompt_file}` (replaced by the
 prompt file's path) or `{prompt}` (replaced by the prompt text; Linux caps one argv string at
-128 KiB). `{model}` is replaced by `agents.<name>.model`. Output is plain text: there is no
-usage or cost, and the final message is the last ~2000 characters of the output, which is
-where the loop looks for the sentinel. Beware: a CLI that echoes its prompt would echo the
+128 KiB). `{model}` is replaced by `agents.<name>.model`. Output is plain text: no usage or
+cost is reported (except aider's `Tokens: ... Cost: ...` lines, which are read), and the final
+message is the last ~2000 characters of the output, which is where the loop looks for the
+sentinel. Beware: a CLI that echoes its prompt would echo the
 sentinel's instructions too; ask such CLIs to print only their answer.
 """
 
@@ -14,7 +15,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from orchestrator.agents.base import Agent, AgentResult, tail
+from orchestrator.agents.base import Agent, AgentResult, Usage, tail
 from orchestrator.errors import ConfigError
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
@@ -60,7 +61,38 @@ class CommandAgent(Agent):
 
     def parse_output(self, output: str, exit_code: int | None) -> AgentResult:
         text = _ANSI.sub("", output)
-        return AgentResult(final_message=tail(text, FINAL_CHARS) or None, model=self.model)
+        usage, cost = aider_usage(text)
+        return AgentResult(final_message=tail(text, FINAL_CHARS) or None, usage=usage,
+                           cost_usd=cost, model=self.model)
+
+
+# aider prints one line per model reply, figures rounded ("12k"):
+# "Tokens: 4.1k sent, 3.3k cache write, 7.8k cache hit, 221 received. Cost: $0.02 message,
+# $0.05 session."
+_AIDER_TOKENS = re.compile(r"^Tokens: (?P<body>[^\n]*?received)\.(?P<rest>[^\n]*)$", re.M)
+_AIDER_PART = re.compile(r"(?P<n>[\d.]+)(?P<unit>[kKmM]?) (?P<what>sent|cache write|cache hit"
+                         r"|received)")
+_AIDER_SESSION = re.compile(r"\$(?P<usd>[\d.]+) session")
+_UNITS = {"": 1, "k": 1_000, "m": 1_000_000}
+
+
+def aider_usage(text: str) -> tuple[Usage | None, float | None]:
+    """Usage summed over aider's per-reply `Tokens:` lines (approximate: aider rounds)."""
+    total: Usage | None = None
+    cost: float | None = None
+    for line in _AIDER_TOKENS.finditer(text):
+        figures = {m.group("what"): round(float(m.group("n")) * _UNITS[m.group("unit").lower()])
+                   for m in _AIDER_PART.finditer(line.group("body"))}
+        total = (total or Usage()) + Usage(
+            input_tokens=figures.get("sent", 0),
+            output_tokens=figures.get("received", 0),
+            cache_read_tokens=figures.get("cache hit", 0),
+            cache_write_tokens=figures.get("cache write", 0),
+        )
+        session = _AIDER_SESSION.search(line.group("rest"))
+        if session:
+            cost = float(session.group("usd"))  # the session figure is already a running sum
+    return total, cost
 
 
 def create(settings: Any = None) -> CommandAgent:
