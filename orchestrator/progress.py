@@ -71,8 +71,11 @@ def _split(text: str) -> list[_Segment]:
     segments = [_Segment("header", "".join(lines[: starts[0] if starts else len(lines)]))]
     for n, start in enumerate(starts):
         end = starts[n + 1] if n + 1 < len(starts) else len(lines)
-        block = "".join(lines[start:end])
-        segments.append(_Segment(_kind(lines[start]), block))
+        kind = _kind(lines[start])
+        if kind == "index":
+            segments.extend(_cut_index(lines[start:end]))
+        else:
+            segments.append(_Segment(kind, "".join(lines[start:end])))
     if not any(s.kind == "entry" for s in segments):
         segments = _split_fallback(segments)
     return segments
@@ -97,6 +100,22 @@ def _fenced_lines(lines: list[str]) -> set[int]:
     return fenced
 
 
+def _cut_index(lines: list[str]) -> list[_Segment]:
+    """The index section is its heading, its table (the first run of "|" lines; a blank line
+    ends a markdown table) and the blank lines after it. Text that follows (a header's
+    remainder, notes) becomes an untyped segment, so the index is exactly what it shows."""
+    rows = [i for i, line in enumerate(lines) if i and line.lstrip().startswith("|")]
+    end = rows[0] if rows else 1  # a line of prose before the table stays in the index
+    while end < len(lines) and lines[end].lstrip().startswith("|"):
+        end += 1
+    while end < len(lines) and not lines[end].strip():
+        end += 1
+    out = [_Segment("index", "".join(lines[:end]))]
+    if end < len(lines):
+        out.append(_Segment("other", "".join(lines[end:])))
+    return out
+
+
 def _kind(heading: str) -> str:
     if _INDEX.match(heading.strip()):
         return "index"
@@ -107,12 +126,14 @@ def _kind(heading: str) -> str:
 
 def _split_fallback(segments: list[_Segment]) -> list[_Segment]:
     """Logs without "## " entries ("[date] Story: ..." blocks, a bullet per story): cut the
-    header and the untyped sections at each entry start; the text stays in order."""
+    other segments at each entry start; the text stays in order. Inside the Codebase
+    Patterns only the unmistakable "[date] Story:" form starts an entry."""
     out: list[_Segment] = []
     for seg in segments:
         lines = _lines(seg.text)
-        starts = fallback_entry_starts(lines) if seg.kind in ("header", "other") else []
-        starts = [i for i in starts if i > 0 or seg.kind == "header"]  # keep "## " lines
+        starts = fallback_entry_starts(lines, strict=seg.kind == "patterns")
+        if lines and _HEADING.match(lines[0]):
+            starts = [i for i in starts if i > 0]  # a section keeps its "## " line
         if not starts:
             out.append(seg)
             continue
@@ -250,7 +271,9 @@ class Progress:
         row = f"| {_escape_cell(topic)} | {_escape_cell(path)} |{nl}"
         seg = self._first("index")
         if seg is None:
-            return self._insert_index(INDEX_HEADING + nl + INDEX_TABLE_HEAD.replace("\n", nl) + row)
+            section = INDEX_HEADING + nl + INDEX_TABLE_HEAD.replace("\n", nl) + row
+            wanted = IndexRow(" ".join(topic.split()), " ".join(path.split()))
+            return self._insert_index(section, wanted)
         lines = _lines(seg.text)
         for i, cells in _data_rows(lines):
             if _key(cells[0]) == _key(topic):
@@ -285,26 +308,28 @@ class Progress:
         return Progress.parse(text + prefix + block)
 
     def _replace(self, seg: _Segment, new_text: str) -> Progress:
-        segments = [(_Segment(s.kind, new_text) if s is seg else s) for s in self._segments]
-        return Progress(segments)
+        # Re-parse the result so a changed Progress is always exactly parse(render()).
+        return Progress.parse("".join(new_text if s is seg else s.text for s in self._segments))
 
-    def _insert_index(self, section: str) -> Progress:
-        """A new index goes right after the header block, before everything else."""
-        nl = self.newline
-        header = self._segments[0].text
-        cut = _header_end(header)
-        pre, post = header[:cut], header[cut:]
+    def _insert_index(self, section: str, row: IndexRow) -> Progress:
+        """A new index goes right after the header block, before everything else (at the very
+        top if that spot would fall inside a code block)."""
+        for cut in (_header_end(self._segments[0].text), 0):
+            new = Progress.parse(self._with_section_at(cut, section))
+            if row in new.index_rows:
+                return new
+        raise AssertionError("unreachable: a heading on the first line is always a section")
+
+    def _with_section_at(self, cut: int, section: str) -> str:
+        nl, text = self.newline, self.text
+        pre, post = text[:cut], text[cut:]
         # Keep a blank line between the header and the table, and between it and what follows.
-        if not pre or pre.endswith(nl + nl) or pre.endswith("\n\n"):
+        if not pre or pre.endswith("\n\n") or pre.endswith("\n\r\n"):
             lead = ""
         else:
             lead = nl if pre.endswith("\n") else nl + nl
-        follows = post or "".join(s.text for s in self._segments[1:])
-        tail = nl if follows and not follows.startswith(("\n", "\r\n")) else ""
-        new = [_Segment("header", pre), _Segment("index", lead + section + tail)]
-        if post:
-            new.append(_Segment("other", post))
-        return Progress(new + self._segments[1:])
+        tail = nl if post and not post.startswith(("\n", "\r\n")) else ""
+        return pre + lead + section + tail + post
 
 
 def _header_end(header: str) -> int:
@@ -371,11 +396,11 @@ _DATE = re.compile(
 _ENTRY_WORD = re.compile(r"\s*\[?\s*(?:iteration|session|story|task)\s*#?\s*\d", re.IGNORECASE)
 # Entry starts in logs without "## " entries: "[2026-01-08 12:42] Story: US-001 - ...",
 # "- [2026-01-16] Feature 1: ...", "- US-001: Complete. ..." (a bullet per story).
-_FALLBACK_START = re.compile(
-    r"(?:[-*] +)?\[\d{4}-\d{2}-\d{2}[^\]]*\]\s*(?:story|task|feature|us-|[A-Z]+-\d)"
-    r"|(?:[-*] +)?[A-Z][A-Z0-9]*-\d+[\w.]*\s*(?::|\s[-–—]\s)",
+_DATED_START = re.compile(
+    r"(?:[-*] +)?\[\d{4}-\d{2}-\d{2}[^\]]*\]\s*(?:story|task|feature|us-|[A-Z]+-\d)",
     re.IGNORECASE,
 )
+_ID_BULLET_START = re.compile(r"(?:[-*] +)?[A-Z][A-Z0-9]*-\d+[\w.]*\s*(?::|\s[-–—]\s)")
 # "**Story**: 1.1.0 - title" in the body, when the heading ("Iteration 3 - date") has no id.
 _BODY_STORY = re.compile(
     r"\W*(?:story|task|issue)\W*:\W*([\w][\w.-]*\d[\w.-]*)\b", re.IGNORECASE
@@ -409,9 +434,10 @@ def _body_story_ids(text: str) -> list[str]:
     return []
 
 
-def fallback_entry_starts(lines: list[str]) -> list[int]:
+def fallback_entry_starts(lines: list[str], strict: bool = False) -> list[int]:
     """Line numbers where a "[date] Story: ..." style entry starts, in logs without "## "."""
-    return [i for i, line in enumerate(lines) if _FALLBACK_START.match(line)]
+    return [i for i, line in enumerate(lines)
+            if _DATED_START.match(line) or (not strict and _ID_BULLET_START.match(line))]
 
 
 _FILES_LABEL = re.compile(

@@ -43,6 +43,11 @@ Started: Tue Jan 13 23:40:01 CET 2026
 """
 
 
+def is_subsequence(old: list[str], new: list[str]) -> bool:
+    it = iter(new)
+    return all(any(o == n for n in it) for o in old)
+
+
 def added_and_removed(old: str, new: str) -> tuple[list[str], list[str]]:
     diff = list(difflib.ndiff(old.splitlines(keepends=True), new.splitlines(keepends=True)))
     return [d[2:] for d in diff if d.startswith("+ ")], [d[2:] for d in diff if d.startswith("- ")]
@@ -331,3 +336,45 @@ def test_fallback_entries_in_logs_without_story_headings(corpus: Path) -> None:
     assert shock.entries[0].text.startswith("- US-001: Complete.")
     subq = Progress.load(corpus / "MichaelVessia__subq" / "progress.txt")
     assert subq.entries[0].story_ids == ["1.1.0"]  # from "**Story**: 1.1.0 - ..."
+
+
+def test_random_text_never_breaks_the_model() -> None:
+    """Arbitrary mixes of the constructs real logs contain: always lossless, never raises."""
+    import random
+
+    pieces = ["## 2026-01-01 - US-001\n", "## Progress Index\n", "| a | b.md |\n", "|---|---|\n",
+              "## Codebase Patterns\n", "```\n", "````\n", "~~~md\n", "- Files changed:\n",
+              "  - `x/y.ts`\n", "**Learnings:**\n", "- item\n", "---\n", "\n", "\r\n", "text",
+              "[2026-01-02 10:00] Story: US-002 - t\n", "- US-003: done\n", "| \\| |\n",
+              "# Ralph Progress Log\n", "\udcff", "é", "\t", "##\n", "### Sub\n",
+              "Started: x\n", "| Topic | Path |\n"]
+    rng = random.Random(1234)
+    for _ in range(1500):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 30)))
+        p = Progress.parse(text)
+        assert p.render() == text
+        for e in p.entries:
+            assert e.text in text
+        q = p.with_index_row("Topic | x", "ralph/references/t.md")
+        assert q.with_index_row("topic | X", "ralph/references/t.md").render() == q.render()
+        assert IndexRow("Topic | x", "ralph/references/t.md") in q.index_rows
+        # Nothing removed or altered: the old lines are a subsequence of the new ones (a
+        # newline may be added after a last unterminated line).
+        old, new = text.split("\n"), q.render().split("\n")
+        assert is_subsequence(old[:-1], new)
+        assert is_subsequence(old, new) or is_subsequence([*old[:-1], old[-1] + "\r"], new)
+        assert q.without_index_row("TOPIC | x").index_rows == p.index_rows
+        assert q.append_entry("## x\n").render().startswith(q.render())
+
+
+def test_index_section_is_just_the_table() -> None:
+    text = ("# Log\n---\n## Progress Index\nRead only what you need.\n| Topic | Reference Path |\n"
+            "|---|---|\n| A | a.md |\n\nProject: X\n| not | index |\n## 2026-01-01 - US-001\n")
+    p = Progress.parse(text)
+    assert p.index_text == ("## Progress Index\nRead only what you need.\n"
+                            "| Topic | Reference Path |\n|---|---|\n| A | a.md |\n\n")
+    assert p.index_rows == [IndexRow("A", "a.md")]
+    q = p.with_index_row("B", "b.md")
+    assert q.render() == text.replace("| A | a.md |\n", "| A | a.md |\n| B | b.md |\n")
+    assert Progress.parse("## Progress Index\nnote\n").with_index_row("A", "a.md").render() == (
+        "## Progress Index\n| Topic | Reference Path |\n|---|---|\n| A | a.md |\nnote\n")
