@@ -64,7 +64,10 @@ class ReferenceStore:
 
     def index_path_of(self, path: Path) -> str:
         """The index form of a file inside the folder (inverse of resolve)."""
-        rel = Path(path).resolve().relative_to(self.dir.resolve())
+        try:
+            rel = Path(path).resolve().relative_to(self.dir.resolve())
+        except ValueError:
+            raise self._escape(str(path), "it is outside the folder") from None
         return f"{self.rel_dir}/{rel.as_posix()}"
 
     def resolve(self, index_path: str) -> Path:

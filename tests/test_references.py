@@ -41,6 +41,8 @@ def test_index_path_for_and_write_read(tmp_path: Path) -> None:
     assert store.read(ip) == "# Auth\n- use tokens\n"
     assert store.read("auth-flow.md") == "# Auth\n- use tokens\n"  # bare name: in the folder
     assert store.index_path_of(written) == ip
+    with pytest.raises(PathEscapeError, match="outside the folder"):
+        store.index_path_of(tmp_path / "x.md")
     assert store.files() == [tmp_path / "ralph/references/auth-flow.md"]
 
 
