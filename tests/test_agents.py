@@ -592,3 +592,25 @@ def test_command_agent_reads_aider_token_lines():
     assert result.usage == Usage(16100, 1721, 7800, 3300)
     assert result.cost_usd == pytest.approx(0.07)
     assert result.final_message.endswith(SENTINEL)
+
+
+def test_gemini_warnings_and_nested_stream_stats():
+    text = jsonl(
+        {"type": "init", "model": "gemini-2.5-pro"},
+        {"type": "error", "severity": "warning", "message": "Loop detected, continuing"},
+        {"type": "message", "role": "assistant", "content": "ok " + SENTINEL, "delta": True},
+        {"type": "result", "status": "success", "stats": {"models": {"gemini-2.5-pro": {
+            "tokens": {"prompt": 500, "candidates": 7, "cached": 100}}}}},
+    )
+    result = get_agent("gemini", None, check=False).parse(text, 0)
+    assert not result.is_error and result.usage == Usage(400, 7, 100, 0)
+    assert result.final_message == "ok " + SENTINEL
+
+
+def test_opencode_error_shapes():
+    agent = get_agent("opencode", None, check=False)
+    flat = agent.parse(jsonl({"type": "error", "message": "API rate limit exceeded"}), 1)
+    assert flat.is_error and flat.error == "API rate limit exceeded"
+    nested = agent.parse(jsonl({"type": "error", "error": {
+        "name": "APIError", "data": {"message": "429 Too Many Requests"}}}), 1)
+    assert nested.error == "429 Too Many Requests" and nested.limit is not None

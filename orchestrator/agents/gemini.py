@@ -103,6 +103,9 @@ def _num(raw: dict[str, Any], *keys: str) -> int:
 
 def _stream_usage(stats: Any) -> Usage:
     stats = stats if isinstance(stats, dict) else {}
+    if "input_tokens" not in stats and isinstance(stats.get("models"), dict):
+        usage, _ = _models_usage(stats["models"])  # some versions nest stats per model
+        return usage or Usage()
     prompt, cached = _num(stats, "input_tokens", "input"), _num(stats, "cached")
     return Usage(
         input_tokens=max(0, prompt - cached),
@@ -122,7 +125,7 @@ def _parse_stream(events: list[dict[str, Any]]) -> AgentResult:
             final_parts.append(str(event.get("content", "")))
         elif kind in ("tool_use", "tool_result"):
             final_parts = []  # the final message is the text after the last tool call
-        elif kind == "error":
+        elif kind == "error" and event.get("severity") != "warning":  # warnings go on
             errors.append(_message(event))
         elif kind == "result":
             result = event
@@ -154,17 +157,22 @@ def _whole_json(output: str) -> dict[str, Any] | None:
     return None
 
 
-def _parse_json(obj: dict[str, Any] | None) -> AgentResult:
-    if obj is None:
-        return AgentResult(is_error=True, error="gemini printed no JSON output")
+def _models_usage(models: Any) -> tuple[Usage | None, str | None]:
+    """Sum `stats.models.<name>.tokens` (prompt includes cached; candidates = output)."""
     usage, model = None, None
-    models = (obj.get("stats") or {}).get("models") or {}
     for name, data in models.items() if isinstance(models, dict) else []:
         tokens = (data or {}).get("tokens") or {}
         prompt, cached = _num(tokens, "prompt"), _num(tokens, "cached")
         part = Usage(max(0, prompt - cached), _num(tokens, "candidates"), cached, 0)
         usage = part if usage is None else usage + part
         model = model or name
+    return usage, model
+
+
+def _parse_json(obj: dict[str, Any] | None) -> AgentResult:
+    if obj is None:
+        return AgentResult(is_error=True, error="gemini printed no JSON output")
+    usage, model = _models_usage((obj.get("stats") or {}).get("models"))
     error = obj.get("error")
     response = obj.get("response")
     return AgentResult(

@@ -77,7 +77,7 @@ class OpencodeAgent(Agent):
                 if isinstance(part.get("cost"), (int, float)):
                     cost = (cost or 0.0) + float(part["cost"])
             elif kind == "error":
-                errors.append(_error_text(event.get("error")))
+                errors.append(_error_text(event.get("error") or event))
         return AgentResult(
             final_message="\n".join(texts) or None,
             usage=usage,
