@@ -56,7 +56,7 @@ class OpencodeAgent(Agent):
         if kind == "text" and part.get("text", "").strip():
             return f"assistant: {short(part['text'])}"
         if kind == "error":
-            return f"✗ error: {short(_error_text(event.get('error')))}"
+            return f"✗ error: {short(_error_text(event.get('error') or event))}"
         return None
 
     def parse_output(self, output: str, exit_code: int | None) -> AgentResult:
