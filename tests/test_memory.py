@@ -72,3 +72,31 @@ def test_with_real_project_in_git_repo(tmp_path: Path) -> None:
     assert [(r.topic, r.exists, r.text) for r in memory.references] == [
         ("API errors", True, "retry 429s\n")
     ]
+
+
+def test_cli_status_shows_index_and_references(tmp_path: Path) -> None:
+    """Through the real `ralph` CLI: index rows, reference sizes, escapes flagged."""
+    import json
+    import os
+    import sys
+
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / "prd.json").write_text(json.dumps(
+        {"userStories": [{"id": "US-001", "title": "t", "passes": False}]}))
+    text = indexed([("Auth", "ralph/references/auth.md"), ("DB", "db.md"),
+                    ("Evil", "../../etc/passwd")])
+    (tmp_path / "progress.txt").write_text(text)
+    ReferenceStore(tmp_path).write("ralph/references/auth.md", "# Auth\nUse JWT.\n")
+    repo = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-m", "orchestrator", "status", "--json"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(repo)})
+    assert out.returncode == 0, out.stderr
+    st = json.loads(out.stdout)
+    assert [r["topic"] for r in st["index"]] == ["Auth", "DB", "Evil"]
+    refs = {r["topic"]: r for r in st["references"]}
+    assert refs["Auth"]["exists"] and refs["Auth"]["tokens"] > 0
+    assert not refs["DB"]["exists"] and refs["DB"]["note"] == "missing file"
+    assert refs["Evil"]["note"] == "path outside the references folder"
+    assert st["memory"]["entries"] == 1
+    assert (tmp_path / "progress.txt").read_text() == text  # status changes nothing
