@@ -345,6 +345,11 @@ class Prd:
     @classmethod
     def parse(cls, text: str, path: Path) -> Prd:
         offset = 1 if text.startswith("\ufeff") else 0  # a BOM is kept, but json rejects it
+        bad = re.search("[\udc80-\udcff]", text)  # undecodable bytes (fsutil.read_text)
+        if bad:
+            line, col = _line_col(text, bad.start())
+            raise InputError(f"{path}:{line}:{col}: is not valid UTF-8. Fix: save the file as "
+                             "UTF-8 (JSON files must be); nothing was changed")
         if not text[offset:].strip():
             raise InputError(f"{path}: is empty. Fix: write the PRD as JSON "
                              '({"userStories": [...]}) or run `ralph init` for an example')

@@ -165,6 +165,8 @@ BAD = {
     "trailing comma": ('{"userStories": [{"id": "A", "title": "t"},]}',
                        r"prd.json:1:44: invalid JSON: .*Fix: remove the trailing comma"),
     "empty file": ("", r"prd.json: is empty"),
+    "latin-1 bytes": ('[{"id": "A",\n "title": "caf\udce9"}]',
+                      r"prd.json:2:15: is not valid UTF-8"),
     "top-level string": ('"hello"', r"prd.json:1:1: the top level must be an object"),
     "foreign list key": ('{"tasks": [{"id": 1}]}', r'has no "userStories" list \(found "tasks"'),
     "no stories key": ('{"project": "x"}', r'has no "userStories" list\. Fix: add'),
@@ -204,12 +206,13 @@ BAD = {
 def test_bad_prd_gives_one_clear_error_and_changes_nothing(tmp_path: Path, case: str) -> None:
     text, pattern = BAD[case]
     path = tmp_path / "prd.json"
-    path.write_bytes(text.encode())
+    raw = text.encode("utf-8", errors="surrogateescape")
+    path.write_bytes(raw)
     with pytest.raises(InputError, match=pattern) as err:
         Prd.load(path)
     assert str(err.value).startswith(str(path))
     assert "Fix:" in str(err.value)
-    assert path.read_bytes() == text.encode()
+    assert path.read_bytes() == raw
     assert sorted(os.listdir(tmp_path)) == ["prd.json"]  # no temp or backup left behind
 
 
