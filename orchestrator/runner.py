@@ -201,18 +201,24 @@ class _LineReader:
                  redactor: Redactor) -> None:
         self.on_line, self.transcript, self.redactor = on_line, transcript, redactor
         self.lines: list[str] = []
-        self.partial = ""
+        self.partial: list[str] = []  # pieces of the unfinished line (no quadratic joins)
 
     def feed(self, chunk: str) -> None:
         if not chunk:
             return
-        *complete, self.partial = (self.partial + chunk).split("\n")
+        if "\n" not in chunk:
+            self.partial.append(chunk)
+            return
+        first, *rest = chunk.split("\n")
+        self._emit("".join([*self.partial, first]))
+        *complete, last = rest
         for line in complete:
             self._emit(line)
+        self.partial = [last] if last else []
 
     def flush(self) -> None:
         if self.partial:
-            line, self.partial = self.partial, ""
+            line, self.partial = "".join(self.partial), []
             self._emit(line)
 
     def _emit(self, raw: str) -> None:

@@ -224,3 +224,11 @@ def test_sigterm_to_ralph_ends_the_agent_too(fake, tmp_path, monkeypatch):
     assert out.interrupted and out.duration_s < 8
     assert not alive(wait_pid_file(pid_file))
     assert signal.getsignal(signal.SIGTERM) == before  # our handler is gone again
+
+
+def test_huge_single_line_arrives_whole_and_fast(tmp_path):
+    code = "import sys; sys.stdout.write('{\"x\": \"' + 'a' * 5_000_000 + '\"}\\nend\\n')"
+    out = runner.run([PY, "-c", code], cwd=tmp_path, wall_timeout=60)
+    first, second = out.output.split("\n")
+    assert len(first) == 5_000_009 and second == "end"
+    assert out.duration_s < 20
