@@ -1,18 +1,61 @@
-"""`ralph prompt` (placeholder until its owner lands it)."""
+"""`ralph prompt`: print exactly what `ralph run` would send for a story, or its accounting."""
 
 from __future__ import annotations
 
 import argparse
+import json
+import sys
+from pathlib import Path
 
 from orchestrator.cli import add_common
-from orchestrator.errors import FatalError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("prompt", help="(not yet available)")
+    p = sub.add_parser(
+        "prompt",
+        help="print the prompt `ralph run` would send for a story (--json: its token accounting)",
+    )
     add_common(p)
+    p.add_argument("--story", metavar="ID", help="story id (default: the next story to do)")
+    p.add_argument("--mode", choices=("auto", "indexed", "full"),
+                   help="memory mode (default: ralph.yaml's mode, else auto)")
+    p.add_argument("--tool", help="agent the prompt is for; in full mode claude reads CLAUDE.md, "
+                   "others prompt.md (default: ralph.yaml's tool)")
+    p.add_argument("--budget", type=int, metavar="TOKENS",
+                   help="prompt token budget (default: budget.prompt_tokens)")
+    p.add_argument("--json", action="store_true",
+                   help="print the accounting as JSON: tokens by part, the full-history "
+                   "counterfactual, every reference considered with score and reason")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    raise FatalError("'ralph prompt' is not available yet")
+    from orchestrator import log, prompt
+    from orchestrator import project as proj_mod
+    from orchestrator.errors import InputError
+    from orchestrator.memory import Memory
+    from orchestrator.prd import Prd
+
+    log.configure(verbose=args.verbose)  # log lines on stderr: stdout is the prompt only
+    project = proj_mod.locate(Path.cwd(), args.ralph_dir)
+    prd = Prd.load(project.prd_path)
+    if args.story:
+        story = prd.get(args.story)
+    else:
+        story = prd.next_story()
+        if story is None:
+            raise InputError(
+                f"{project.rel(project.prd_path)}: every story passes, so there is no next "
+                "story; name one with --story ID"
+            )
+    memory = Memory.load(project)
+    out = prompt.assemble(project, story, memory, mode=args.mode, budget=args.budget,
+                          tool=args.tool)
+    if args.json:
+        print(json.dumps(out.to_json(), indent=2, ensure_ascii=False))
+    else:
+        # Bytes exactly as the agent gets them (a user's prompt.md may hold any bytes).
+        sys.stdout.flush()
+        sys.stdout.buffer.write(out.text.encode("utf-8", errors="surrogateescape"))
+        sys.stdout.buffer.flush()
+    return 0

@@ -1,0 +1,211 @@
+"""Prompt assembly in all three modes, through real projects on disk and the `ralph` CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from orchestrator import cli, project, prompt, tokens
+from orchestrator.errors import EXIT_BUDGET, ConfigError
+from orchestrator.memory import Memory
+from orchestrator.prd import Prd
+
+PRD = {
+    "project": "Notes",
+    "branchName": "ralph/notes",
+    "userStories": [
+        {"id": "US-001", "title": "Add a note", "priority": 1, "passes": True,
+         "description": "Store a note", "acceptanceCriteria": ["notes.json written"]},
+        {"id": "US-002", "title": "Log out of the web app", "priority": 2, "passes": False,
+         "description": "As a user I can log out so my session ends.",
+         "acceptanceCriteria": ["Logout clears the session cookie", "Tests pass"],
+         "notes": "See the auth middleware"},
+        {"id": "US-003", "title": "Release 1.0", "priority": 3, "passes": False,
+         "description": "Tag a release", "acceptanceCriteria": ["Version bumped"],
+         "references": ["release"]},
+    ],
+}
+LOG_ENTRY = (
+    "## 2026-01-02 10:00 - US-001\n- Added notes storage\n- Files changed: notes.py\n"
+    "- **Learnings for future iterations:**\n  - NARRATIVE-ONLY detail from the log\n---\n"
+)
+HEADER = "# Ralph Progress Log\nStarted: 2026-01-01\n---\n"
+INDEX = (
+    "\n## Progress Index\n| Topic | Reference Path |\n|---|---|\n"
+    "| Auth flow | ralph/references/auth-flow.md |\n"
+    "| Release | ralph/references/release.md |\n"
+)
+AUTH = (
+    "# Auth flow\n\n- [US-001] Session cookie is named `sid`; logout must clear it and the "
+    "auth store\n- [US-001] The auth middleware lives in src/middleware.ts\n"
+)
+RELEASE = "# Release\n\n- Bump the version in package.json, then tag vX.Y.Z\n"
+
+
+def make_project(root: Path, *, indexed: bool = True, log: str = LOG_ENTRY) -> Path:
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    ralph = root / "scripts" / "ralph"
+    ralph.mkdir(parents=True)
+    (ralph / "prd.json").write_text(json.dumps(PRD, indent=2) + "\n")
+    (ralph / "progress.txt").write_text(HEADER + (INDEX if indexed else "") + "\n" + log)
+    refs = root / "ralph" / "references"
+    refs.mkdir(parents=True)
+    (refs / "auth-flow.md").write_text(AUTH)
+    (refs / "release.md").write_text(RELEASE)
+    return root
+
+
+def assemble(root: Path, story_id: str = "US-002", **kw) -> prompt.Assembled:
+    proj = project.locate(root)
+    story = Prd.load(proj.prd_path).get(story_id)
+    return prompt.assemble(proj, story, Memory.load(proj), **kw)
+
+
+def test_indexed_prompt_has_index_selected_references_and_not_the_log(tmp_path: Path) -> None:
+    out = assemble(make_project(tmp_path))
+    assert out.mode == "indexed"
+    assert "## Progress Index" in out.text
+    assert "| Release | ralph/references/release.md |" in out.text
+    assert "logout must clear it" in out.text  # the relevant reference, inlined
+    assert "Bump the version" not in out.text  # the irrelevant one, only listed in the index
+    assert "NARRATIVE-ONLY" not in out.text  # the narrative log is not loaded
+    assert "Do not read the narrative log" in out.text
+    assert "`feat: US-002 - Log out of the web app`" in out.text
+    assert "ralph/notes" in out.text and "scripts/ralph/prd.json" in out.text
+    assert out.selected == ["ralph/references/auth-flow.md"]
+    assert out.tokens == tokens.count(out.text)
+    assert set(out.parts) == {"template", "story", "index", "references", "notes"}
+    assert abs(sum(out.parts.values()) - out.tokens) <= 5
+
+
+def test_story_hint_selects_a_reference_without_a_word_in_common(tmp_path: Path) -> None:
+    out = assemble(make_project(tmp_path), "US-003")
+    assert "Bump the version" in out.text
+    row = next(r for r in out.considered if r["path"] == "ralph/references/release.md")
+    assert row["reason"] == "hint: story"
+
+
+def test_always_topics_from_ralph_yaml(tmp_path: Path) -> None:
+    root = make_project(tmp_path)
+    (root / "ralph.yaml").write_text("references:\n  always: [Release]\n")
+    out = assemble(root)
+    assert "Bump the version" in out.text and "logout must clear it" in out.text
+
+
+def test_fix_up_notes_come_first(tmp_path: Path) -> None:
+    out = assemble(make_project(tmp_path), notes=["prd.json: US-002 passes is still false"])
+    assert "## Fix first" in out.text
+    assert out.text.index("Fix first") < out.text.index("## Your story")
+    assert out.parts["notes"] > 0
+
+
+def test_auto_falls_back_to_full_without_index_rows(tmp_path: Path) -> None:
+    out = assemble(make_project(tmp_path, indexed=False))
+    assert out.mode == "full"
+    assert "NARRATIVE-ONLY detail" in out.text  # the whole log, inlined
+    assert "read in full" in out.text
+    assert out.full_history_tokens == out.tokens
+
+
+def test_full_mode_sends_the_users_prompt_file_bytes_unchanged(tmp_path: Path) -> None:
+    root = make_project(tmp_path, indexed=False)
+    ralph = root / "scripts" / "ralph"
+    amp_bytes = b"# My Amp prompt\r\nRead prd.json \xe2\x9c\x93\r\nno newline at end"
+    (ralph / "prompt.md").write_bytes(amp_bytes)
+    (ralph / "CLAUDE.md").write_bytes(b"# Claude instructions\n")
+    amp = assemble(root, tool="amp")
+    assert amp.text.encode("utf-8", "surrogateescape") == amp_bytes
+    assert amp.source.endswith("prompt.md")
+    claude = assemble(root, tool="claude")
+    assert claude.text == "# Claude instructions\n"
+    codex = assemble(root, tool="codex")
+    assert codex.text.encode() == amp_bytes
+    # The agent reads progress.txt itself: the counterfactual counts it.
+    log_tokens = tokens.count((ralph / "progress.txt").read_text())
+    assert amp.full_history_tokens == amp.tokens + log_tokens
+
+
+def test_forced_modes(tmp_path: Path) -> None:
+    root = make_project(tmp_path)
+    assert assemble(root, mode="full").mode == "full"
+    plain = make_project(tmp_path / "plain", indexed=False)
+    forced = assemble(plain, mode="indexed")
+    assert forced.mode == "indexed" and "NARRATIVE-ONLY" not in forced.text
+
+
+def test_budget_trims_references_and_never_exceeds(tmp_path: Path) -> None:
+    root = make_project(tmp_path)
+    many = "".join(
+        f"- [US-00{i % 9}] session logout cookie rule {i}: {'keep the auth store in sync ' * 6}\n"
+        for i in range(40)
+    )
+    (root / "ralph" / "references" / "auth-flow.md").write_text("# Auth flow\n\n" + many)
+    (root / "ralph.yaml").write_text("references:\n  max_tokens: 100000\n")
+    loose = assemble(root, budget=100_000)
+    assert loose.parts["references"] > 1000
+    tight_budget = loose.tokens - loose.parts["references"] + 300
+    tight = assemble(root, budget=tight_budget)
+    assert tight.tokens <= tight_budget
+    assert 0 < tight.parts["references"] < loose.parts["references"]
+    assert any("over budget" in r["reason"] for r in tight.considered)
+    # references.max_tokens caps one reference even when the budget has room.
+    (root / "ralph.yaml").write_text("references:\n  max_tokens: 400\n")
+    capped = assemble(root, budget=100_000)
+    assert capped.parts["references"] < 400 + 40  # + the reference's heading line
+    assert any("over references.max_tokens" in r["reason"] for r in capped.considered)
+
+
+def test_over_budget_fails_with_how_much_and_the_fix(tmp_path: Path, capsys, monkeypatch
+                                                     ) -> None:
+    root = make_project(tmp_path)
+    with pytest.raises(prompt.PromptOverBudget) as err:
+        assemble(root, budget=200)
+    msg = str(err.value)
+    assert "over budget.prompt_tokens (200)" in msg and "ralph compact" in msg
+    base = int(msg.split("without any reference is ")[1].split(" ")[0])
+    assert f"{base - 200} over" in msg
+    assert err.value.exit_code == EXIT_BUDGET
+    monkeypatch.chdir(root)
+    assert cli.main(["prompt", "--budget", "200"]) == EXIT_BUDGET
+    assert "ralph compact" in capsys.readouterr().err
+
+
+def test_same_inputs_same_prompt(tmp_path: Path) -> None:
+    root = make_project(tmp_path)
+    assert assemble(root).text == assemble(root).text
+
+
+def test_template_overrides(tmp_path: Path) -> None:
+    root = make_project(tmp_path)
+    local = root / "scripts" / "ralph" / "prompt.template.md"
+    local.write_text("LOCAL {{story_id}}\n{{references}}\n")
+    out = assemble(root)
+    assert out.text.startswith("LOCAL US-002\n## References for this story")
+    (root / "custom.md").write_text("CONFIGURED {{story_title}} {{branch}}\n{{notes}}\n")
+    (root / "ralph.yaml").write_text("template: custom.md\n")
+    assert assemble(root).text == "CONFIGURED Log out of the web app ralph/notes\n"
+    (root / "custom.md").write_text("{{storyy}}\n")
+    with pytest.raises(ConfigError, match=r"custom.md: unknown placeholder\(s\) \{\{storyy\}\}"):
+        assemble(root)
+
+
+def test_cli_prints_exactly_the_prompt_and_json_accounting(tmp_path: Path) -> None:
+    root = make_project(tmp_path)
+    expected = assemble(root).text
+    run = [sys.executable, "-m", "orchestrator", "prompt"]
+    text = subprocess.run(run, cwd=root, capture_output=True, check=True).stdout
+    assert text.decode() == expected
+    res = subprocess.run(run + ["--json", "--story", "US-003", "--mode", "indexed"], cwd=root,
+                         capture_output=True, text=True, check=True)
+    data = json.loads(res.stdout)
+    assert data["mode"] == "indexed" and data["story_id"] == "US-003"
+    assert data["full_history_tokens"] > 0 and data["parts"]["index"] > 0
+    assert {r["path"] for r in data["considered"]} == {
+        "ralph/references/auth-flow.md", "ralph/references/release.md"}
+    assert all({"score", "tokens", "reason", "taken"} <= set(r) for r in data["considered"])
+    bad = subprocess.run(run + ["--story", "US-404"], cwd=root, capture_output=True, text=True)
+    assert bad.returncode == 2 and "US-404" in bad.stderr

@@ -1,0 +1,137 @@
+"""Selection: ranking, items, hints, cut-off, budget and cap trimming, determinism."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from orchestrator import select as sel
+from orchestrator import tokens
+
+AUTH = sel.Source(
+    "Auth flow",
+    "ralph/references/auth-flow.md",
+    "# Auth flow\n\n"
+    "- [US-003] Login uses `useAuth()` from src/hooks/useAuth.ts; never read the token directly\n"
+    "- [US-004] Session tokens refresh in middleware.ts before expiry\n"
+    "  - refresh is skipped for /api/health\n"
+    "- [US-009] Logout clears the session cookie and the auth store\n",
+)
+DB = sel.Source(
+    "DB schema",
+    "ralph/references/db-schema.md",
+    "# DB schema\n\n## Migrations\n"
+    "- [US-002] Migrations live in prisma/migrations; run `npx prisma migrate dev`\n"
+    "- [US-005] Every table has created_at and updated_at columns\n\n## Gotchas\n"
+    "- [US-006] SQLite has no enum type: use a CHECK constraint\n",
+)
+RELEASE = sel.Source(
+    "Release", "ralph/references/release.md",
+    "# Release\n- Bump the version in package.json and tag it\n- Changelog comes from commits\n",
+)
+SOURCES = [AUTH, DB, RELEASE]
+
+
+def test_tokenize_splits_identifiers_paths_and_stems() -> None:
+    words = sel.tokenize("useAuth in src/hooks/session_store.ts filtering Filters")
+    assert "useauth" in words and "auth" in words and "hook" in words
+    assert "session" in words and "store" in words
+    assert words.count("filter") == 2  # "filtering" and "Filters" meet
+    assert "in" not in words
+
+
+def test_split_items_keeps_nested_lines_and_heading_context() -> None:
+    items = sel.split_items(AUTH.text)
+    assert len(items) == 3
+    assert items[1][1] == (
+        "- [US-004] Session tokens refresh in middleware.ts before expiry\n"
+        "  - refresh is skipped for /api/health\n"
+    )
+    assert all(h == "" for h, _ in items)  # the "# Title" line is not a section
+    db = sel.split_items(DB.text)
+    assert [h for h, _ in db] == ["## Migrations", "## Migrations", "## Gotchas"]
+    para = sel.split_items("Intro line one\ncontinues here.\n\nSecond paragraph.\n")
+    assert [t for _, t in para] == ["Intro line one\ncontinues here.\n", "Second paragraph.\n"]
+
+
+def test_ranks_the_matching_items_and_drops_the_rest() -> None:
+    s = sel.select("Add a logout button that ends the session", SOURCES, budget=None)
+    text = sel.render(s, SOURCES)
+    assert "Logout clears the session cookie" in text
+    assert "Bump the version" not in text
+    rows = {r["path"]: r for r in s.considered}
+    assert rows[RELEASE.path]["taken"] is False
+    assert rows[RELEASE.path]["reason"] == "no match"
+    assert rows[AUTH.path]["taken"] and "relevant" in rows[AUTH.path]["reason"]
+
+
+def test_cutoff_drops_weak_matches_even_with_room() -> None:
+    query = "prisma migrations for the session table"
+    loose = sel.select(query, SOURCES, budget=None, cutoff=0.0)
+    strict = sel.select(query, SOURCES, budget=None, cutoff=0.9)
+    assert len(strict.chunks) < len(loose.chunks)
+    assert any("below cut-off" in r["reason"] for r in strict.considered)
+
+
+def test_story_hint_and_always_come_first_even_without_a_match() -> None:
+    s = sel.select("Add a logout button", SOURCES, budget=None,
+                   story_hints=["release"], always=["ralph/references/db-schema.md"])
+    rows = {r["path"]: r for r in s.considered}
+    assert rows[RELEASE.path]["reason"] == "hint: story"
+    assert rows[DB.path]["reason"] == "always"
+    assert rows[DB.path]["taken_items"] == 3  # all of it, though nothing matches
+    # Hints match topic names, slugs, file names and index paths alike.
+    assert sel.hinted(SOURCES, ["DB Schema", "auth-flow.md", "nope"]) == [1, 0]
+
+
+def test_budget_is_never_exceeded_and_drops_are_explained() -> None:
+    query = "session auth tokens login logout middleware migrations tables"
+    full = sel.select(query, SOURCES, budget=None, cutoff=0.0)
+    small = sel.select(query, SOURCES, budget=40, cutoff=0.0)
+    assert full.tokens > 40
+    assert 0 < small.tokens <= 40
+    assert sum(tokens.count(c.text) for c in small.chunks) <= 40
+    assert any("over budget" in r["reason"] for r in small.considered)
+
+
+def test_reference_cap_trims_one_reference() -> None:
+    long_ref = sel.Source(
+        "Auth flow", "ralph/references/auth.md",
+        "".join(f"- session auth note {i}: {'detail ' * 30}\n" for i in range(10)),
+    )
+    s = sel.select("session auth", [long_ref], budget=None, ref_cap=200, cutoff=0.0)
+    assert 0 < s.tokens <= 200
+    assert "over references.max_tokens" in s.considered[0]["reason"]
+
+
+def test_same_inputs_same_selection() -> None:
+    a = sel.select("session login auth", SOURCES, budget=60)
+    b = sel.select("session login auth", SOURCES, budget=60)
+    assert a == b and sel.render(a, SOURCES) == sel.render(b, SOURCES)
+
+
+def test_deterministic_across_processes_with_different_hash_seeds() -> None:
+    code = (
+        f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        "from test_select import SOURCES\nfrom orchestrator import select as sel\n"
+        "s = sel.select('logout session auth tokens', SOURCES, budget=80)\n"
+        "print(sel.render(s, SOURCES) + repr(s.considered))\n"
+    )
+    outs = set()
+    for seed in ("1", "2", "3"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        res = subprocess.run([sys.executable, "-c", code], env=env,
+                             capture_output=True, text=True, check=True)
+        outs.add(res.stdout)
+    assert len(outs) == 1 and "Logout" in outs.pop()
+
+
+def test_render_shows_partial_references_and_headings() -> None:
+    s = sel.select("SQLite enum CHECK constraint", SOURCES, budget=None)
+    text = sel.render(s, SOURCES)
+    assert text.startswith("## References for this story")
+    assert "### DB schema (`ralph/references/db-schema.md`, 1 of 3 items)" in text
+    assert "#### Gotchas" in text and "#### Migrations" not in text
+    assert sel.render(sel.Selection([]), SOURCES) == ""
