@@ -118,6 +118,13 @@ class Request:
                 return _content_text(msg.get("content"))
         return ""
 
+    def cwd(self) -> str | None:
+        """The session's working directory, as the CLI states it in its system prompt."""
+        system = (self.body or {}).get("system")
+        text = system if isinstance(system, str) else _content_text(system)
+        m = re.search(r"Primary working directory: (\S+)", text)
+        return m.group(1) if m else None
+
     def last_tool_result(self) -> str:
         """The text of the newest tool_result the CLI sent back (what the tool printed)."""
         for msg in reversed(self.messages()):

@@ -154,6 +154,14 @@ class Request:
         texts = self.user_texts()
         return texts[-1] if texts else ""
 
+    def cwd(self) -> str | None:
+        """The session's working directory, from codex's <environment_context>."""
+        for text in self.user_texts():
+            m = re.search(r"<cwd>([^<]+)</cwd>", text)
+            if m:
+                return m.group(1)
+        return None
+
     def last_output(self) -> str:
         for item in reversed(self.items()):
             if item.get("type") in ("function_call_output", "custom_tool_call_output"):

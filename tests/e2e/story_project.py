@@ -119,8 +119,14 @@ def prd_edit(prd_text: str, story_id: str) -> tuple[str, str]:
 
 
 def entry(story: Story) -> str:
+    """A Ralph-style progress entry (what was done, files, learnings): ~0.7 KB, like real ones."""
+    learnings = "".join(
+        f"  - {story.func}: {topic} for calc.{story.func} was checked against the acceptance "
+        "criteria and recorded here for the next iterations\n"
+        for topic in ("argument order", "integer inputs", "float inputs", "error handling"))
     return (f"## 2026-11-30 10:00 - {story.id}\n- Implemented calc.{story.func}\n"
-            f"- Files changed: calc.py\n- References: {story.topic}\n---\n")
+            f"- Files changed: calc.py\n- References: {story.topic}\n"
+            f"- **Learnings for future iterations:**\n{learnings}---\n")
 
 
 def ref_path(story: Story) -> str:
@@ -188,17 +194,20 @@ def claude_turns(repo: Path, story: Story, *, stories: list[Story] = STORIES,
     return turns
 
 
-def claude_script(repo: Path, **kw: Any) -> Callable[[str | None, fa.Request], list]:
-    """One script for the whole run: the story comes from the prompt."""
-    cache: dict[str, list] = {}
+def claude_script(repo: Path, stories: list[Story] = STORIES,
+                  **kw: Any) -> Callable[[str | None, fa.Request], list]:
+    """One script for the whole run: the story comes from the prompt, the project folder from
+    the session's working directory (so it also drives copies of `repo`, e.g. A/B arms)."""
+    cache: dict[tuple[str, str], list] = {}
 
-    def script(story_id: str | None, _req: fa.Request) -> list:
+    def script(story_id: str | None, req: fa.Request) -> list:
         story = story_by_id(story_id)
         if story is None:
             return [fa.Text("no story found in the prompt")]
-        if story.id not in cache:
-            cache[story.id] = claude_turns(repo, story, **kw)
-        return cache[story.id]
+        root = req.cwd() or str(repo)
+        if (root, story.id) not in cache:
+            cache[root, story.id] = claude_turns(Path(root), story, stories=stories, **kw)
+        return cache[root, story.id]
 
     return script
 
