@@ -145,17 +145,21 @@ def _start(arm: ArmRun, argv: list[str]) -> None:
     log.close()
 
 
-def _wait(arms: list[ArmRun], on_status: Callable[[str], None], poll: float = 0.5) -> None:
-    last = ""
+def _wait(
+    arms: list[ArmRun], on_status: Callable[[str], None], poll: float = 0.5, every: float = 10.0
+) -> None:
+    """Report progress when it changes, at most every `every` seconds (and at the end)."""
+    last, last_at = "", 0.0
     while True:
         for arm in arms:
             if arm.process and arm.exit_code is None:
                 arm.exit_code = arm.process.poll()
+        done = all(a.exit_code is not None for a in arms if a.process)
         line = " · ".join(_progress(a) for a in arms)
-        if line != last:
+        if line != last and (done or time.monotonic() - last_at >= every):
             on_status(line)
-            last = line
-        if all(a.exit_code is not None for a in arms if a.process):
+            last, last_at = line, time.monotonic()
+        if done:
             return
         time.sleep(poll)
 

@@ -18,6 +18,7 @@ from orchestrator.errors import EXIT_INTERRUPTED, FatalError
 
 # Order is the order shown in `ralph --help`.
 COMMANDS = (
+    "demo",
     "init",
     "run",
     "status",

@@ -239,7 +239,18 @@ def render_chart(data: dict[str, Any], path: Path) -> Path:
     for arm in data["arms"]:
         xs, ys, what = _series(arm)
         label = f"{arm['name']} ({what})"
-        per.plot(xs, ys, marker="o", markersize=3, label=label)
+        line = per.plot(xs, ys, marker="o", markersize=3, label=label)[0]
+        if what != "prompt (est.)":
+            # Our own estimate of the assembled prompt, for comparison with what the agent saw.
+            est = [r["prompt_tokens"] for r in arm["iterations"]]
+            per.plot(
+                xs,
+                est,
+                linestyle="--",
+                color=line.get_color(),
+                alpha=0.7,
+                label=f"{arm['name']} (prompt, est.)",
+            )
         running, total = [], 0
         for y in ys:
             total += y
