@@ -109,11 +109,13 @@ def run_agent(
 ) -> tuple[RunOutcome, AgentResult]:
     """Run one agent on one prompt file; `on_line` gets the agent's readable display lines."""
     agent.check_available()
+    # Live lines end up in terminals and CI logs: redact them like the transcript.
+    redactor = Redactor({**os.environ, **agent.env()})
 
     def show(line: str) -> None:
         shown = agent.display(line)
         if shown is not None and on_line is not None:
-            on_line(shown)
+            on_line(redactor(shown))
 
     outcome = run(
         agent.argv(Path(prompt_file)), cwd=cwd, env=agent.env(),

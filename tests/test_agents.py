@@ -614,3 +614,69 @@ def test_opencode_error_shapes():
     nested = agent.parse(jsonl({"type": "error", "error": {
         "name": "APIError", "data": {"message": "429 Too Many Requests"}}}), 1)
     assert nested.error == "429 Too Many Requests" and nested.limit is not None
+
+
+# ---- through the `ralph` command ------------------------------------------------------------
+PRD_ONE = {"project": "Demo", "branchName": "ralph/demo", "description": "d", "userStories": [
+    {"id": "US-001", "title": "Add greeting", "description": "greet",
+     "acceptanceCriteria": ["works"], "priority": 1, "passes": False, "notes": ""}]}
+AGENT_SCRIPT = """\
+import json, subprocess, sys
+prompt = sys.stdin.read()
+d = json.load(open("prd.json")); d["userStories"][0]["passes"] = True
+open("prd.json", "w").write(json.dumps(d, indent=2) + "\\n")
+open("greet.py", "w").write("def greet():\\n    return 'Hello'\\n")
+open("progress.txt", "a").write("## 2026-11-30 - US-001\\n- Added greet.py\\n---\\n")
+subprocess.run(["git", "add", "-A"], check=True)
+subprocess.run(["git", "commit", "-qm", "feat: US-001"], check=True)
+print("read", len(prompt), "chars; key sk-ant-api03-" + "Q" * 30)
+print("Done. <promise>COMPLETE</promise>")
+"""
+
+
+def git_project(root: Path) -> Path:
+    import subprocess
+
+    root.mkdir()
+    (root / "prd.json").write_text(json.dumps(PRD_ONE, indent=2) + "\n")
+    (root / "progress.txt").write_text("# Ralph Progress Log\nStarted: x\n---\n")
+    for args in (["init", "-q", "-b", "ralph/demo"], ["add", "-A"],
+                 ["-c", "user.email=a@b", "-c", "user.name=t", "commit", "-qm", "init"]):
+        subprocess.run(["git", *args], cwd=root, check=True)
+    return root
+
+
+def ralph(args: list[str], cwd: Path, path: str):
+    import subprocess
+
+    env = {**os.environ, "PATH": path, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "a@b",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "a@b"}
+    return subprocess.run([sys.executable, "-m", "orchestrator", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_cli_missing_agent_binary_exits_2_with_the_fix(tmp_path):
+    repo = git_project(tmp_path / "repo")
+    proc = ralph(["run", "--tool", "codex", "1"], repo, "/usr/bin:/bin")
+    assert proc.returncode == 2
+    assert ("agent 'codex' not found on PATH: install it or set agents.codex.command in "
+            "ralph.yaml") in proc.stderr
+    assert json.loads((repo / "prd.json").read_text()) == PRD_ONE  # nothing changed
+
+
+def test_cli_custom_command_agent_from_ralph_yaml(tmp_path):
+    repo = git_project(tmp_path / "repo")
+    script = tmp_path / "myagent.py"
+    script.write_text(AGENT_SCRIPT)
+    command = json.dumps([sys.executable, str(script)])
+    (repo / "ralph.yaml").write_text(f"agents:\n  mine:\n    command: {command}\n")
+    proc = ralph(["run", "--tool", "mine", "--sleep", "0", "2"], repo, os.environ["PATH"])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Done. <promise>COMPLETE</promise>" in proc.stdout
+    assert "sk-ant-api03-QQQ" not in proc.stdout  # live output is redacted too
+    assert json.loads((repo / "prd.json").read_text())["userStories"][0]["passes"] is True
+    logs = [p for p in (repo / "ralph" / "logs").rglob("iteration-1*.log")]
+    assert logs, list((repo / "ralph" / "logs").rglob("*"))
+    transcript = logs[0].read_text()
+    assert "<promise>COMPLETE</promise>" in transcript
+    assert "sk-ant-api03-QQQ" not in transcript and "[REDACTED]" in transcript
