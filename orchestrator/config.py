@@ -189,6 +189,9 @@ def _prune_unknown(raw: dict[Any, Any]) -> tuple[dict[str, Any], list[str]]:
             # A misspelt section name is often a real key at the wrong level.
             found.append(_unknown(str(key), top + known_keys(), ""))
             continue
+        if value is None and (key in sections or key == "agents"):
+            # `budget:` with every sub-key commented out: the section's defaults.
+            continue
         if key in sections and isinstance(value, dict):
             value, sub = _prune_section(value, list(sections[key].model_fields), f"{key}.")
             found += sub

@@ -38,6 +38,11 @@ def test_empty_and_comment_only_files_are_ok(tmp_path: Path) -> None:
     assert load_config(write(tmp_path, "# nothing yet\n"), {}).model_dump() == DEFAULTS
 
 
+def test_section_with_every_key_commented_out_is_its_defaults(tmp_path: Path) -> None:
+    c = load_config(write(tmp_path, "budget:\n  # prompt_tokens: 1\nagents:\nlog:\n"), {})
+    assert c.model_dump() == DEFAULTS and c.warnings == []
+
+
 def test_precedence_flag_over_file_over_default(tmp_path: Path) -> None:
     p = write(tmp_path, "tool: claude\nmax_iterations: 25\nbudget:\n  prompt_tokens: 9000\n")
     c = load_config(p, {"max_iterations": 3, "tool": None, "budget.warn_at": None})
