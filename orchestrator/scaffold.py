@@ -128,10 +128,13 @@ def _progress(project: Project, force: bool) -> Action:
     return _put(path, _progress_text(), force, "exists")
 
 
-def _prd(project: Project, force: bool, example: str) -> Action:
+def _check_example(example: str) -> None:
     names = examples()
     if example not in names:
         raise UsageError(f"--example {example}: unknown example; choose one of {', '.join(names)}")
+
+
+def _prd(project: Project, force: bool, example: str) -> Action:
     text = template_text(f"prd.{example}.json")
     return _put(project.prd_path, text, force, "exists; your PRD is left as it is")
 
@@ -204,6 +207,7 @@ def init_project(
     cwd: Path, ralph_dir: str | None = None, *, force: bool = False, example: str = "example"
 ) -> InitResult:
     """Add ralph.yaml, progress.txt, prd.json, the references folder and a .gitignore entry."""
+    _check_example(example)     # bad input changes nothing: check before the first write
     project = locate(cwd, ralph_dir)
     result = InitResult(project)
     project.ralph_dir.mkdir(parents=True, exist_ok=True)

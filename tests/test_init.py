@@ -119,7 +119,7 @@ def test_unknown_example_is_a_usage_error(tmp_path: Path) -> None:
     out = ralph(tmp_path, "init", "--example", "nope")
     assert out.returncode == 2
     assert "--example nope: unknown example; choose one of example" in out.stderr
-    assert not (tmp_path / "prd.json").exists()
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_bad_ralph_yaml_stops_init(tmp_path: Path) -> None:
