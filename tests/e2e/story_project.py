@@ -228,7 +228,12 @@ def codex_turns(repo: Path, story: Story, *, stories: list[Story] = STORIES) -> 
     func_lines = [f"def {story.func}(a, b):", f"    {story.body}"]
 
     def flip(_req: fo.Request) -> fo.Patch:
-        old, new = prd_edit((repo / prd_rel).read_text(), story.id)
+        # A patch replaces whole lines: from the story's "id" line to its "passes" line.
+        text = (repo / prd_rel).read_text()
+        start = text.rindex("\n", 0, text.index(f'"id": "{story.id}"')) + 1
+        end = text.index("\n", text.index('"passes": false', start))
+        old = text[start:end]
+        new = old.replace('"passes": false', '"passes": true')
         minus = "".join(f"-{ln}\n" for ln in old.splitlines())
         plus = "".join(f"+{ln}\n" for ln in new.splitlines())
         return fo.Patch(f"*** Begin Patch\n*** Update File: {prd_rel}\n@@\n{minus}{plus}"
@@ -254,6 +259,26 @@ def codex_turns(repo: Path, story: Story, *, stories: list[Story] = STORIES) -> 
         fo.Shell(f"git add -A && git commit -q -m 'feat: {story.id} - {story.title}'"),
         fo.Text(final_text(story, stories)),
     ]
+
+
+def codex_script(
+    stories: list[Story] = STORIES, edit: Callable[[list], list] | None = None
+) -> Callable[[str | None, fo.Request], list]:
+    """One script for the run; the project folder is the session's cwd. `edit` may replace
+    turns of each story's list (to inject faults)."""
+    cache: dict[tuple[str, str], list] = {}
+
+    def script(story_id: str | None, req: fo.Request) -> list:
+        story = story_by_id(story_id)
+        root = req.cwd()
+        if story is None or root is None:
+            return [fo.Text("no story or working directory in the request")]
+        if (root, story.id) not in cache:
+            turns = codex_turns(Path(root), story, stories=stories)
+            cache[root, story.id] = edit(turns) if edit else turns
+        return cache[root, story.id]
+
+    return script
 
 
 def codex_resolver(req: fo.Request) -> str | None:
