@@ -12,6 +12,15 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 RALPH = [sys.executable, "-m", "orchestrator"]
+# The iteration record's fields (docs/architecture.md, ledger.py).
+LEDGER_FIELDS = {
+    "event", "ts", "run_id", "iteration", "story_id", "story_title", "mode", "agent", "model",
+    "prompt_tokens", "full_history_tokens", "saved_tokens", "saved_pct",
+    "selected_references", "usage", "cost_usd", "duration_s", "exit_code", "outcome",
+    "checks", "updated_references",
+}
+SUMMARY = (r"US-\d+ passed · prompt [\d.k]+ tok \(full history [\d.k]+: saved \d+%\) · "
+           r"agent [\d.k]+ in / [\d.k]+ out · \$[\d.]+ · \d+s")
 
 
 def git(root: Path, *args: str) -> str:
