@@ -6,6 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -43,14 +44,20 @@ def render(st: dict, console: Console) -> None:
                   + (f"{nxt['id']} {nxt['title']}" if nxt else "none (all pass)"),
                   markup=False, soft_wrap=True)
     m = st["memory"]
+    n_files = sum(r["exists"] for r in st["references"])
     console.print(f"memory: progress.txt {fmt(m['progress_tokens'])} tok, "
                   f"{m['entries']} entries · index {len(st['index'])} rows · "
-                  f"references {len(st['references'])} files, {fmt(m['references_tokens'])} tok"
+                  f"references {n_files} files, {fmt(m['references_tokens'])} tok"
                   f" · mode {st['mode']}", markup=False, soft_wrap=True)
     if st["index"] or st["references"]:
-        t = Table(title="index and references", title_justify="left")
-        for c in ("topic", "path", "tokens", "note"):
-            t.add_column(c, justify="right" if c == "tokens" else "left")
+        t = Table(title="index and references", title_justify="left", box=box.SIMPLE_HEAD,
+                  pad_edge=False)
+        widest = max(len(r["path"]) for r in st["references"])
+        t.add_column("topic")
+        # A path is never cut or wrapped: it is what the user copies.
+        t.add_column("path", no_wrap=True, min_width=min(widest, 60))
+        t.add_column("tokens", justify="right")
+        t.add_column("note")
         for r in st["references"]:
             t.add_row(r["topic"] or "-", r["path"], fmt(r["tokens"]) if r["exists"] else "-",
                       r["note"])

@@ -1,0 +1,78 @@
+"""`ralph status`: stories, the index, references with sizes, the last run from the ledger."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from run_helpers import make_project, ralph
+
+from orchestrator import ledger, status
+from orchestrator.project import locate
+
+PROGRESS = ("# Ralph Progress Log\nStarted: x\n---\n\n## Progress Index\n"
+            "| Topic | Reference Path |\n|---|---|\n"
+            "| Auth flow | ralph/references/auth-flow.md |\n"
+            "| Gone | ralph/references/gone.md |\n"
+            "| Escape | ../../etc/passwd |\n"
+            "\n## 2026-01-01 - US-001\n- did it\n---\n")
+
+
+def _project(tmp_path: Path) -> Path:
+    root = make_project(tmp_path / "p", 3)
+    (root / "scripts/ralph/progress.txt").write_text(PROGRESS)
+    refs = root / "ralph/references"
+    refs.mkdir(parents=True)
+    (refs / "auth-flow.md").write_text("# Auth flow\n" + "- tokens expire after one hour\n" * 20)
+    (refs / "orphan.md").write_text("# Orphan\n- not indexed\n")
+    data = json.loads((root / "scripts/ralph/prd.json").read_text())
+    data["userStories"][0]["passes"] = True
+    (root / "scripts/ralph/prd.json").write_text(json.dumps(data, indent=2))
+    with ledger.Ledger(root / "ralph/logs/ledger.jsonl", run_id="old") as led:
+        led.iteration({"iteration": 1, "story_id": "US-001", "outcome": "failed"})
+    with ledger.Ledger(root / "ralph/logs/ledger.jsonl", run_id="new") as led:
+        led.event("run_start")
+        led.iteration({"iteration": 1, "story_id": "US-001", "outcome": "passed",
+                       "prompt_tokens": 1000, "full_history_tokens": 4000, "cost_usd": 0.25,
+                       "usage": {"input_tokens": 100, "output_tokens": 50,
+                                 "cache_read_tokens": 900, "cache_write_tokens": 0},
+                       "duration_s": 61})
+        led.event("run_end", status="exhausted", exit_code=1)
+    return root
+
+
+def test_collect(tmp_path: Path) -> None:
+    st = status.collect(locate(_project(tmp_path)))
+    assert st["stories"]["passed"] == 1 and st["stories"]["total"] == 3
+    assert st["stories"]["next"]["id"] == "US-002"
+    refs = {r["path"]: r for r in st["references"]}
+    assert refs["ralph/references/auth-flow.md"]["tokens"] > 100
+    assert refs["ralph/references/gone.md"]["note"] == "missing file"
+    assert "outside" in refs["../../etc/passwd"]["note"]
+    assert refs["ralph/references/orphan.md"]["note"] == "not in the index"
+    last = st["last_run"]
+    assert (last["run_id"], last["status"], last["iterations"], last["passed"]) == (
+        "new", "exhausted", 1, 1)
+    assert last["saved_pct"] == 75.0 and last["input_tokens"] == 1000
+
+
+def test_cli_prints_and_changes_nothing(tmp_path: Path) -> None:
+    root = _project(tmp_path)
+    before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file() and ".git" not in p.parts}
+    out = ralph(root, "status")
+    assert out.returncode == 0, out.stderr
+    assert "stories: 1/3 passed · next: US-002 Add feature 2" in out.stdout
+    assert "auth-flow.md" in out.stdout and "not in the index" in out.stdout
+    assert "last run new (exhausted): 1 iteration(s), 1 passed" in out.stdout
+    assert "saved 75%" in out.stdout and "$0.25" in out.stdout
+    after = {p: p.read_bytes() for p in root.rglob("*") if p.is_file() and ".git" not in p.parts}
+    assert after == before
+    js = json.loads(ralph(root, "status", "--json").stdout)
+    assert js["stories"]["pending"] == ["US-002", "US-003"]
+
+
+def test_missing_prd_is_an_input_error(tmp_path: Path) -> None:
+    root = make_project(tmp_path / "p", 1)
+    (root / "scripts/ralph/prd.json").unlink()
+    out = ralph(root, "status", "--dir", "scripts/ralph")
+    assert out.returncode == 2 and "prd.json" in out.stderr
