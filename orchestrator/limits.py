@@ -271,6 +271,8 @@ def is_transient(result: AgentResult | None, output: str = "") -> bool:
     Only error fields and the plain tail of the output are searched, never the whole
     transcript (the prompt or the agent's own work may mention these words).
     """
+    if result is not None and (result.limit is not None or result.http_status == 429):
+        return False  # a limit is waited out until its reset, not retried with backoff
     if result is not None and result.http_status is not None and result.http_status >= 500:
         return True
     parts: list[str] = []

@@ -680,3 +680,28 @@ def test_cli_custom_command_agent_from_ralph_yaml(tmp_path):
     transcript = logs[0].read_text()
     assert "<promise>COMPLETE</promise>" in transcript
     assert "sk-ant-api03-QQQ" not in transcript and "[REDACTED]" in transcript
+
+
+# What the real Claude Code 2.1.197 printed while the API kept answering 529 (seen offline).
+API_RETRY = jsonl(
+    {"type": "system", "subtype": "init", "model": "claude-opus-4-8[1m]", "session_id": "s"},
+    {"type": "system", "subtype": "api_retry", "attempt": 3, "max_retries": 10,
+     "retry_delay_ms": 2322.1, "error_status": 529, "error": "overloaded", "session_id": "s"},
+    {"type": "system", "subtype": "api_retry", "attempt": 4, "max_retries": 10,
+     "retry_delay_ms": 4322.1, "error_status": 529, "error": "overloaded", "session_id": "s"},
+)
+
+
+def test_claude_killed_while_retrying_overloaded_api_is_transient():
+    from orchestrator.limits import is_transient
+
+    agent = get_agent("claude", None, check=False)
+    result = agent.parse(API_RETRY, 143)
+    assert result.is_error and result.http_status == 529 and result.limit is None
+    assert "still retrying the API (attempt 4/10: 529 overloaded)" in result.error
+    assert is_transient(result, API_RETRY)
+    assert agent.display(API_RETRY.splitlines()[-1]) == (
+        "⚠ API retry 4/10 (529 overloaded), next in 4s")
+    limited = agent.parse(API_RETRY.replace("529", "429"), 143)
+    assert limited.limit is not None and limited.limit.kind == "rate"
+    assert not is_transient(limited, "")

@@ -182,15 +182,25 @@ def last_assistant_text(events: list[dict[str, Any]]) -> str | None:
 def _without_result(
     events: list[dict[str, Any]], output: str, exit_code: int | None, model: str | None, name: str
 ) -> AgentResult:
-    """No `result` line: the CLI died or was killed. Keep what the stream did show."""
+    """No `result` line: the CLI died or was killed. Keep what the stream did show.
+
+    If the CLI was still retrying the API when it ended (its last event is an `api_retry`),
+    that HTTP status is the cause: 5xx/529 make the failure transient, 429 a rate limit."""
     lines = [ln for ln in output.splitlines() if ln.strip() and not ln.lstrip().startswith("{")]
     detail = lines[-1].strip() if lines else f"exit code {exit_code}"
+    status = None
+    last = events[-1] if events else {}
+    if last.get("type") == "system" and last.get("subtype") == "api_retry":
+        status = last.get("error_status") if isinstance(last.get("error_status"), int) else None
+        detail = (f"still retrying the API (attempt {last.get('attempt')}/"
+                  f"{last.get('max_retries')}: {status} {last.get('error', '')})")
     return AgentResult(
         final_message=last_assistant_text(events),
         usage=assistant_usage(events),
         is_error=True,
         error=f"{name} produced no result line: {short(detail, 300)}",
         model=model,
+        http_status=status,
     )
 
 
@@ -221,6 +231,11 @@ def stream_display(line: str) -> str | None:
         return _tool_errors(event.get("message") or {})
     if kind == "system" and event.get("subtype") == "init":
         return f"⏺ session started ({event.get('model', 'default model')})"
+    if kind == "system" and event.get("subtype") == "api_retry":
+        delay = _float(event.get("retry_delay_ms")) or 0.0
+        return (f"⚠ API retry {event.get('attempt')}/{event.get('max_retries')} "
+                f"({event.get('error_status')} {event.get('error', '')}), "
+                f"next in {delay / 1000:.0f}s")
     if kind == "result":
         return _result_display(event)
     if kind == "rate_limit_event":
