@@ -227,7 +227,7 @@ class Loop:
         source = "reset time stated" if secs is not None else "no reset time: fallback_wait"
         if secs is None:
             secs = float(self.cfg.limits.fallback_wait)
-        secs += 5 if sig.reset_at else 0     # a little after the stated reset, not on it
+        secs += 2 if sig.reset_at else 0     # a little after the stated reset, not on it
         if waited + secs > self.cfg.limits.max_wait:
             raise BudgetExhausted(
                 f"usage limit ({sig.raw[:120]!r}) resets in {secs / 60:.0f} min, beyond "
