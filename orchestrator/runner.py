@@ -168,10 +168,19 @@ def _supervise(child: pexpect.spawn, reader: _LineReader, start: float,
         except KeyboardInterrupt:  # a second Ctrl-C: no more grace
             _signal_group(child.pid, signal.SIGKILL)
             interrupted = True
-        with contextlib.suppress(Exception):
-            reader.feed(child.read_nonblocking(1 << 20, timeout=0))
+        _drain(child, reader)
         reader.flush()
     return timed_out, interrupted
+
+
+def _drain(child: pexpect.spawn, reader: _LineReader, limit: float = 1.0) -> None:
+    """Keep what the group printed while it was being ended (last words, partial lines)."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        try:
+            reader.feed(child.read_nonblocking(65536, timeout=0.05))
+        except (pexpect.TIMEOUT, pexpect.EOF, OSError, ValueError):
+            return
 
 
 @contextlib.contextmanager

@@ -232,3 +232,12 @@ def test_huge_single_line_arrives_whole_and_fast(tmp_path):
     first, second = out.output.split("\n")
     assert len(first) == 5_000_009 and second == "end"
     assert out.duration_s < 20
+
+
+def test_last_words_after_sigterm_are_kept(tmp_path):
+    code = ("import signal, sys, time\n"
+            "def bye(*a):\n    print('cleaning up', flush=True); sys.exit(0)\n"
+            "signal.signal(signal.SIGTERM, bye)\nprint('started', flush=True)\ntime.sleep(60)\n")
+    out = runner.run([PY, "-c", code], cwd=tmp_path, wall_timeout=1.5, grace=3)
+    assert out.timed_out == "wall" and out.exit_code == 0
+    assert out.output.splitlines() == ["started", "cleaning up"]
