@@ -53,6 +53,7 @@ class RunOptions:
     max_iterations: int | None = None
     mode: str | None = None
     quiet: bool = False                      # no agent lines (summaries still print)
+    verbose: bool = False                    # debug log lines on the console
     display: Display | None = None
     sleep: Callable[[float], None] = time.sleep
     now: Callable[[], datetime] = field(default=lambda: datetime.now(timezone.utc))
@@ -130,8 +131,13 @@ class Loop:
 
     # ---- the run --------------------------------------------------------------------------
     def run(self) -> RunSummary:
-        runlog.configure(self.run_dir / "run.log", verbose=False)
-        self._prepare_files()
+        runlog.configure(self.run_dir / "run.log", verbose=self.options.verbose)
+        try:
+            self._prepare_files()
+        except BaseException:
+            self.ledger.close()
+            runlog.close()
+            raise
         self.ledger.event("run_start", agent=self.agent.name, mode=self.mode,
                           max_iterations=self.max_iterations, root=str(self.project.root))
         status, exit_code, message = "error", 2, ""
@@ -151,7 +157,10 @@ class Loop:
             self._finish(status, exit_code, message)
 
     def _prepare_files(self) -> None:
+        from orchestrator.prd import Prd
+
         p = self.project
+        Prd.load(Path(p.prd_path))  # a missing or invalid prd.json stops here, nothing changed
         result = archive.archive_on_branch_change(
             Path(p.ralph_dir), Path(p.progress_path), Path(p.references.dir),
             date=archive.ralph_date(),

@@ -106,5 +106,5 @@ def run(args: argparse.Namespace) -> int:
         print(f"ralph: warning: ignored argument {w!r} (ralph.sh ignores it too)",
               file=sys.stderr)
     proj = project.locate(Path.cwd(), args.ralph_dir, overrides(args, max_iter))
-    summary = loop.run(proj, loop.RunOptions(quiet=args.quiet))
+    summary = loop.run(proj, loop.RunOptions(quiet=args.quiet, verbose=args.verbose))
     return summary.exit_code
