@@ -61,7 +61,10 @@ def _is_git(root: Path) -> bool:
 
 def _overlay_uncommitted(root: Path, dest: Path) -> None:
     """Copy the working copy's modified and untracked (not ignored) files into the clone."""
-    status = _git(["status", "--porcelain", "-z", "--untracked-files=all"], root)
+    # --no-optional-locks: reading status must not rewrite the user's .git/index.
+    status = _git(
+        ["--no-optional-locks", "status", "--porcelain", "-z", "--untracked-files=all"], root
+    )
     entries = status.split("\0")
     i = 0
     while i < len(entries):

@@ -1,0 +1,137 @@
+"""`ralph ab` end to end with the simulated agent: real processes, real git, real clones."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pexpect
+
+from orchestrator import examples, report
+
+ENV = dict(os.environ, PYTHONUNBUFFERED="1")
+
+
+def _tree_digest(root: Path) -> dict[str, str]:
+    """Every file under root (including .git) with its sha256: the working copy's fingerprint."""
+    out = {}
+    for p in sorted(root.rglob("*")):
+        if p.is_file() and "__pycache__" not in p.parts:
+            out[str(p.relative_to(root))] = hashlib.sha256(p.read_bytes()).hexdigest()
+    return out
+
+
+def _ab(project: Path, *args: str, timeout: int = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator", "ab", "--tool", "sim", *args],
+        cwd=project,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_ab_runs_both_arms_and_reports_from_their_ledgers(tmp_path: Path) -> None:
+    project = examples.copy_example("recipe-box", tmp_path / "proj")
+    # An uncommitted edit must reach both arms, and stay uncommitted here.
+    prd = project / "scripts/ralph/prd.json"
+    prd.write_text(prd.read_text().replace('"Recipe Box"', '"Recipe Box (edited)"', 1))
+    before = _tree_digest(project)
+    out = tmp_path / "out"
+    res = _ab(project, "--out", str(out), "--parallel", "8")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert _tree_digest(project) == before  # the user's working copy is untouched
+    assert not (out / "work").exists()  # the arms' copies are cleaned up
+
+    data = json.loads((out / "ab-report.json").read_text())
+    arms = {a["name"]: a for a in data["arms"]}
+    for name in ("indexed", "full"):
+        ledger = [
+            json.loads(line)
+            for line in (out / name / "ledger.jsonl").read_text().splitlines()
+            if '"iteration"' in line
+        ]
+        iters = [r for r in ledger if r["event"] == "iteration"]
+        totals = arms[name]["totals"]
+        assert totals["iterations"] == len(iters) == 8
+        assert totals["prompt_tokens"] == sum(r["prompt_tokens"] for r in iters)
+        assert totals["output_tokens"] == sum(r["usage"]["output_tokens"] for r in iters)
+        assert {r["mode"] for r in iters} == {name}
+    full = [r["prompt_tokens"] for r in arms["full"]["iterations"]]
+    indexed = [r["prompt_tokens"] for r in arms["indexed"]["iterations"]]
+    # The full arm's prompt grows with the history; the indexed arm's stays well below it.
+    assert full == sorted(full) and full[-1] > 2 * full[0]
+    assert indexed[-1] < full[-1] / 2
+    assert data["saving"]["prompt_tokens"]["pct"] > 0
+    assert (out / "ab-tokens.png").stat().st_size > 10_000
+    assert "saving (indexed vs full)" in res.stdout
+
+
+def test_interrupted_ab_leaves_no_stray_copies_or_worktrees(tmp_path: Path) -> None:
+    project = examples.copy_example("recipe-box", tmp_path / "proj")
+    before = _tree_digest(project)
+    out = tmp_path / "out"
+    child = pexpect.spawn(
+        sys.executable,
+        ["-m", "orchestrator", "ab", "--tool", "sim", "--out", str(out), "--parallel", "30"],
+        cwd=str(project),
+        env=ENV,
+        encoding="utf-8",
+        timeout=120,
+    )
+    # Wait until both arms have really started working, then Ctrl-C as a user would.
+    deadline = time.monotonic() + 120
+    while not list(out.glob("work/*/ralph/logs/*/iteration-1.log")):
+        assert time.monotonic() < deadline, "arms never started"
+        time.sleep(0.2)
+    child.kill(signal.SIGINT)
+    child.expect(pexpect.EOF, timeout=60)
+    child.close()
+    assert child.exitstatus == 130 or child.signalstatus == signal.SIGINT
+    assert not (out / "work").exists()
+    worktrees = (
+        subprocess.run(
+            ["git", "worktree", "list"], cwd=project, capture_output=True, text=True, check=True
+        )
+        .stdout.strip()
+        .splitlines()
+    )
+    assert len(worktrees) == 1
+    assert _tree_digest(project) == before
+    # No agent or arm process survives the interrupt.
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert str(out) not in ps
+
+
+def test_report_command_reproduces_the_ab_report(tmp_path: Path) -> None:
+    project = examples.copy_example("recipe-box", tmp_path / "proj")
+    out = tmp_path / "out"
+    assert _ab(project, "--out", str(out), "3").returncode == 0
+    again = tmp_path / "again"
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "orchestrator",
+            "report",
+            f"indexed={out / 'indexed' / 'ledger.jsonl'}",
+            f"full={out / 'full' / 'ledger.jsonl'}",
+            "--out",
+            str(again),
+        ],
+        capture_output=True,
+        text=True,
+        env=ENV,
+    )
+    assert res.returncode == 0, res.stderr
+    a = json.loads((out / "ab-report.json").read_text())
+    b = json.loads((again / "ab-report.json").read_text())
+    assert [x["totals"] for x in a["arms"]] == [x["totals"] for x in b["arms"]]
+    assert report.load_arm(out / "full" / "ledger.jsonl").mode == "full"
