@@ -194,10 +194,15 @@ def claude_turns(repo: Path, story: Story, *, stories: list[Story] = STORIES,
     return turns
 
 
-def claude_script(repo: Path, stories: list[Story] = STORIES,
-                  **kw: Any) -> Callable[[str | None, fa.Request], list]:
+def claude_script(
+    repo: Path,
+    stories: list[Story] = STORIES,
+    edit: Callable[[Story, list], list] | None = None,
+    **kw: Any,
+) -> Callable[[str | None, fa.Request], list]:
     """One script for the whole run: the story comes from the prompt, the project folder from
-    the session's working directory (so it also drives copies of `repo`, e.g. A/B arms)."""
+    the session's working directory (so it also drives copies of `repo`, e.g. A/B arms).
+    `edit(story, turns)` may change a story's turns (to inject faults)."""
     cache: dict[tuple[str, str], list] = {}
 
     def script(story_id: str | None, req: fa.Request) -> list:
@@ -206,7 +211,8 @@ def claude_script(repo: Path, stories: list[Story] = STORIES,
             return [fa.Text("no story found in the prompt")]
         root = req.cwd() or str(repo)
         if (root, story.id) not in cache:
-            cache[root, story.id] = claude_turns(Path(root), story, stories=stories, **kw)
+            turns = claude_turns(Path(root), story, stories=stories, **kw)
+            cache[root, story.id] = edit(story, turns) if edit else turns
         return cache[root, story.id]
 
     return script

@@ -18,9 +18,10 @@ from e2e_support import (
     read_ledger,
     run_pty,
 )
-from fake_anthropic import Fail, FailFirst, FakeAnthropic, Hang, Text
+from fake_anthropic import Fail, FailFirst, FakeAnthropic, Hang, Text, ToolUse
 
 PRICE_IN, PRICE_OUT = 5e-6, 25e-6  # what the CLI charges for the Opus usage we report
+SECRET = "sk-ant-api03-" + "Zx9Qw2Er7Ty4Ui1Op0As8Df5Gh3Jk6Lz" * 2 + "-AbCdEf12"
 
 
 def _run(repo: Path, home: Path, api: FakeAnthropic, claude_bin: str, *args: str):
@@ -38,13 +39,31 @@ def _result_line(repo: Path, rec: dict) -> dict:
     return next(ln for ln in reversed(lines) if ln.get("type") == "result")
 
 
+def _leak_key(story: sp.Story, turns: list) -> list:
+    # The agent prints its API key (a tool result in its stream-json output).
+    if story.id != "US-001":
+        return turns
+    return [turns[0], ToolUse("Bash", {"command": "printenv ANTHROPIC_API_KEY",
+                                       "description": "env"}), *turns[1:]]
+
+
 def test_three_stories_end_to_end(tmp_path, home, claude_bin):
     repo = sp.make_project(tmp_path / "calc", "amp")  # --tool beats ralph.yaml's tool
-    with FakeAnthropic(sp.claude_script(repo), resolve_story=sp.claude_resolver,
-                       cache_read_ratio=0.25) as api:
-        code, out = _run(repo, home, api, claude_bin, "--tool", "claude", "5")
+    script = sp.claude_script(repo, edit=_leak_key)
+    with FakeAnthropic(script, resolve_story=sp.claude_resolver, cache_read_ratio=0.25) as api:
+        env = dict(claude_env(home, api.base_url, claude_bin), ANTHROPIC_API_KEY=SECRET)
+        code, out = run_pty(ralph_argv("run", "--tool", "claude", "5"), cwd=repo, env=env,
+                            timeout=240)
     assert code == 0, out[-3000:]
     assert "Ralph completed all tasks!" in out
+
+    # The key really came back from the tool, yet no log, transcript or screen shows it.
+    assert SECRET in api.main_requests("US-001")[2].last_tool_result()
+    logs = [p for p in (repo / "ralph" / "logs").rglob("*") if p.is_file()]
+    assert len(logs) >= 7 and not [p for p in logs if SECRET in p.read_text(errors="replace")]
+    assert SECRET not in out
+    first = (repo / iterations(read_ledger(repo))[0]["transcript"]).read_text()
+    assert '"stdout":"[REDACTED]"' in first  # the line is kept, the secret is not
 
     # The work: code, commits, prd.json, references, index rows, progress entries.
     assert commit_subjects(repo) == ["feat: US-003 - Add multiplication",
