@@ -19,6 +19,7 @@ Format (YAML):
           topic: Project layout and tooling           # reference topic (indexed mode)
           bullets: [Run checks with python -m unittest]
         reads: [Database and migrations]              # topics to open in indexed mode
+    checks: [python -m unittest discover -s tests]    # reported as run; the sim does not run them
 """
 
 from __future__ import annotations
@@ -71,15 +72,17 @@ class StoryPlan(_Model):
     learning: Learning
     reads: list[str] = Field(default_factory=list)
     generated: bool = False  # True when made up for a story the script does not cover
+    checks: list[str] = Field(default_factory=list)  # filled from the script's `checks`
 
 
 class SimScript(_Model):
+    checks: list[str] = Field(default_factory=list)  # commands the agent "runs" (not run)
     stories: list[StoryPlan] = Field(default_factory=list)
 
     def plan_for(self, story_id: str) -> StoryPlan | None:
         for plan in self.stories:
             if plan.id == story_id:
-                return plan
+                return plan.model_copy(update={"checks": plan.checks or self.checks})
         return None
 
 

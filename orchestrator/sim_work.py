@@ -75,6 +75,9 @@ class Work:
         plan = self.plan()
         s.say(f"Implementing {self.story.id}: {len(plan.files)} file(s) to write.")
         self.write_files(plan)
+        for check in plan.checks:
+            # Shown as run so the transcript looks like a real session; the sim runs nothing.
+            self.stream.bash(check, "Run the project's checks", "OK (simulated: not run)")
         stop = self.midway_faults(before_writing=False)
         if stop is not None:
             return stop
@@ -106,8 +109,17 @@ class Work:
         self.stream.read_file(str(path), text)
         return text
 
-    def inlined(self, text: str) -> bool:
-        return bool(text.strip()) and _normal(text) in _normal(self.prompt)
+    def inlined(self, text: str, path: Path | None = None) -> bool:
+        """Whether the prompt gives this file: verbatim, or (a reference) named by its path
+        with some of its bullets, as the prompt builder inlines the items that matter. The
+        prompt tells the agent not to reopen what it was given."""
+        prompt = _normal(self.prompt)
+        if text.strip() and _normal(text) in prompt:
+            return True
+        if path is None or self.ws.rel(path) not in self.prompt:
+            return False
+        bullets = [_normal(ln) for ln in text.splitlines() if ln.lstrip().startswith("- ")]
+        return any(b in prompt for b in bullets)
 
     def read_context(self) -> None:
         self.read(self.ws.prd_path)
@@ -132,7 +144,7 @@ class Work:
         if path is None or not path.is_file() or str(path.resolve()) in self.read_paths:
             return
         text = fsutil.read_text(path)
-        if not self.inlined(text):  # given in the prompt: no need to open it
+        if not self.inlined(text, path):  # given in the prompt: no need to open it
             self.read(path, text)
 
     # ---- planning and writing -----------------------------------------------------------
@@ -198,7 +210,7 @@ class Work:
                    + "".join(f"- {b}\n" for b in plan.learning.bullets))
         if path.is_file():
             old = fsutil.read_text(path)
-            if str(path.resolve()) not in self.read_paths and not self.inlined(old):
+            if str(path.resolve()) not in self.read_paths and not self.inlined(old, path):
                 self.read(path, old)
             sep = "" if old.endswith("\n\n") else ("\n" if old.endswith("\n") else "\n\n")
             self.edit(path, old + sep + section)
@@ -220,6 +232,10 @@ class Work:
         lines = [f"## {now} - {self.story.id}", f"- Implemented: {self.story.title}"]
         lines += [f"- {b}" for b in plan.summary]
         lines.append(f"- Files changed: {', '.join(files) or 'none'}")
+        lines += [f"- Checks: `{c}` passed" for c in plan.checks]
+        if self.story.acceptance_criteria:
+            lines.append("- Acceptance criteria met:")
+            lines += [f"  - {c}" for c in self.story.acceptance_criteria]
         if ref_path:
             lines.append(f"- Reference updated: {ref_path} ({plan.learning.topic})")
         lines.append("- **Learnings for future iterations:**")
