@@ -13,6 +13,12 @@ import tempfile
 from pathlib import Path
 
 
+def _umask() -> int:
+    current = os.umask(0)  # the only portable way to read it is to set it
+    os.umask(current)
+    return current
+
+
 def atomic_write_bytes(path: Path, data: bytes, *, backup: bool = False) -> None:
     """Replace `path` with `data` atomically; with `backup`, keep the old file as `<path>.bak`."""
     path = Path(path)
@@ -25,10 +31,13 @@ def atomic_write_bytes(path: Path, data: bytes, *, backup: bool = False) -> None
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        if path.exists():
-            # Keep the user's file mode (e.g. an executable script stays executable).
-            with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError):
+            if path.exists():
+                # Keep the user's file mode (e.g. an executable script stays executable).
                 shutil.copymode(path, tmp)
+            else:
+                # mkstemp makes 0600 files; a new file gets the usual mode (0666 minus umask).
+                os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
