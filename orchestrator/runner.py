@@ -73,7 +73,8 @@ def run(
     """Run argv (a list, never a shell string) on a pty; see the module docstring."""
     if isinstance(argv, str) or not argv:
         raise ValueError("argv must be a non-empty list of words (no shell strings)")
-    full_env = {**os.environ, **(env or {})}
+    # PWD must name the agent's folder: some CLIs (opencode) trust $PWD over getcwd().
+    full_env = {**os.environ, **(env or {}), "PWD": os.path.abspath(cwd)}
     redactor = Redactor(full_env)
     trampoline = [sys.executable, "-I", "-S", stdin_exec.__file__,
                   str(stdin_file) if stdin_file is not None else "-", "--", *map(str, argv)]

@@ -241,3 +241,11 @@ def test_last_words_after_sigterm_are_kept(tmp_path):
     out = runner.run([PY, "-c", code], cwd=tmp_path, wall_timeout=1.5, grace=3)
     assert out.timed_out == "wall" and out.exit_code == 0
     assert out.output.splitlines() == ["started", "cleaning up"]
+
+
+def test_pwd_names_the_agents_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("PWD", "/somewhere/else")
+    work = tmp_path / "work"
+    work.mkdir()
+    out = runner.run([PY, "-c", "import os; print(os.environ['PWD'])"], cwd=work)
+    assert out.output == str(work)
