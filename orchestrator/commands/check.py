@@ -1,18 +1,36 @@
-"""`ralph check` (placeholder until its owner lands it)."""
+"""`ralph check`: validate the indexed memory (exit 0 clean, 1 with findings)."""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from orchestrator.cli import add_common
-from orchestrator.errors import FatalError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("check", help="(not yet available)")
+    p = sub.add_parser(
+        "check",
+        help="validate progress.txt's index and the references folder",
+        description="Reports rows without files, files without rows, paths escaping the folder, "
+        "duplicate or near-duplicate topics, references over references.max_tokens, a "
+        "malformed table and log entries without a story id. One line per finding.",
+    )
     add_common(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    raise FatalError("'ralph check' is not available yet")
+    from orchestrator import audit, project
+
+    proj = project.locate(Path.cwd(), args.ralph_dir)
+    findings = audit.check(proj)
+    for f in findings:
+        print(f.format())
+    if findings:
+        print(f"ralph check: {len(findings)} finding(s)")
+        return 1
+    mem = audit.MemoryFiles.load(proj)
+    print(f"ralph check: OK ({len(mem.rows)} index rows, "
+          f"{len(proj.references.files())} references)")
+    return 0

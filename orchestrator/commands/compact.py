@@ -1,18 +1,77 @@
-"""`ralph compact` (placeholder until its owner lands it)."""
+"""`ralph compact [--apply]`: age, merge and rotate the memory (dry run by default)."""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from orchestrator.cli import add_common
-from orchestrator.errors import FatalError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("compact", help="(not yet available)")
+    p = sub.add_parser(
+        "compact",
+        help="archive stale references, merge near-duplicates, rotate the log (dry run)",
+        description="Uses the ledger's record of selected/updated references. Dry run by "
+        "default; --apply writes everything atomically (journalled).",
+    )
     add_common(p)
+    p.add_argument("--apply", action="store_true", help="perform the plan")
+    p.add_argument("--agent", metavar="NAME",
+                   help="ask this agent to condense the first oversized reference")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--recover", action="store_true",
+                   help="complete an interrupted apply from its journal")
+    g.add_argument("--rollback", action="store_true",
+                   help="undo an interrupted apply from its journal")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    raise FatalError("'ralph compact' is not available yet")
+    from orchestrator import compact, project
+    from orchestrator.tokens import fmt
+
+    proj = project.locate(Path.cwd(), args.ralph_dir)
+    if args.recover or args.rollback or compact.pending(proj.ralph_dir):
+        done = compact.recover(proj.ralph_dir, rollback=args.rollback)
+        print(f"ralph compact: {done or 'no interrupted apply to recover'}")
+        if args.recover or args.rollback:
+            return 0
+    plan = compact.plan(proj)
+    _print_plan(plan, fmt)
+    if args.agent:
+        return _condense(proj, plan, args.agent, apply=args.apply)
+    if plan.empty:
+        print("nothing to change")
+        return 0
+    if not args.apply:
+        print("dry run: run with --apply to perform it")
+        return 0
+    compact.apply(proj, plan)
+    print(f"applied: {len(plan.writes)} file operations")
+    return 0
+
+
+def _print_plan(plan, fmt) -> None:
+    print(f"progress.txt {fmt(plan.progress_before)} -> {fmt(plan.progress_after)} tokens; "
+          f"references {fmt(plan.refs_before)} -> {fmt(plan.refs_after)} tokens")
+    if plan.stale_note:
+        print(f"  {plan.stale_note}")
+    for r in plan.stale:
+        print(f"  archive (stale): {r.topic} ({r.path})")
+    for a, b in plan.merges:
+        print(f"  merge: {b.topic} ({b.path}) into {a.topic} ({a.path})")
+    for r, n in plan.oversized:
+        print(f"  condense: {r.topic} ({r.path}) is {fmt(n)} tokens")
+    if plan.rotated:
+        print(f"  rotate: {plan.rotated} old log entries to the archive file")
+
+
+def _condense(proj, plan, agent: str, *, apply: bool) -> int:
+    from orchestrator import compact
+
+    if not plan.oversized:
+        print("no reference is over references.max_tokens")
+        return 0
+    row, _n = plan.oversized[0]
+    return compact.condense_with_agent(proj, row, agent, apply=apply)

@@ -1,0 +1,376 @@
+"""`ralph compact`: the ageing rule that keeps references/ from becoming the new graveyard.
+
+Driven by the ledger (which references each story selected or updated): references unused
+in the last `references.stale_after` stories move to `references/archive/` and their rows to
+an `## Archived` table (still findable); oversized references are listed for condensing;
+near-duplicate topics are merged (every bullet kept); the narrative log beyond the last
+`log.keep_entries` entries moves to the archive file. Dry run by default; `apply` performs
+all writes as one journalled `Transaction`, so an interrupted apply is completed or rolled
+back, never left half-done.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from orchestrator import audit, fsutil, tokens
+from orchestrator.errors import InputError
+
+log = structlog.get_logger()
+
+JOURNAL_DIR = ".ralph-journal"
+LOG_ARCHIVE = "progress-log.md"
+ARCHIVED_HEADING = "## Archived"
+# Test seam: called with the number of renames done so far. The env variable is how tests
+# kill a real subprocess between two renames (the crash the journal must survive).
+after_rename: Callable[[int], None] | None = None
+_KILL_ENV = "RALPH_TEST_KILL_AFTER_RENAMES"
+
+
+# ---------------------------------------------------------------- the transaction
+
+
+class Transaction:
+    """Many file writes/deletes that land all or not at all (recoverable after a crash).
+
+    prepare: every new content goes to a temp file beside its target, every existing target
+    is copied to the journal's backup folder, and journal.json lists the operations; then the
+    renames run. If the process dies between renames, `recover()` completes the renames from
+    the journal (or restores the backups); an exception inside `commit` rolls back at once.
+    """
+
+    def __init__(self, journal_root: Path) -> None:
+        self.dir = Path(journal_root) / JOURNAL_DIR
+        self.ops: list[dict[str, Any]] = []
+
+    def write(self, path: Path, text: str) -> None:
+        self.ops.append({"target": str(Path(path).absolute()), "text": text})
+
+    def delete(self, path: Path) -> None:
+        self.ops.append({"target": str(Path(path).absolute()), "text": None})
+
+    def commit(self) -> None:
+        if self.dir.exists():
+            raise InputError(
+                f"{self.dir}: an earlier apply was interrupted; run `ralph compact --recover` "
+                "to complete it (or `--rollback` to undo it) first"
+            )
+        ops = self._prepare()
+        done = 0
+        try:
+            for op in ops:
+                _perform(op)
+                done += 1
+                _fault_point(done)
+        except BaseException:
+            _rollback(self.dir, ops)
+            raise
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def _prepare(self) -> list[dict[str, Any]]:
+        txid = uuid.uuid4().hex[:8]
+        (self.dir / "backup").mkdir(parents=True)
+        ops: list[dict[str, Any]] = []
+        for n, op in enumerate(self.ops):
+            target = Path(op["target"])
+            rec = {"target": str(target), "delete": op["text"] is None, "tmp": None, "backup": None}
+            if op["text"] is not None:
+                rec["tmp"] = str(target.parent / f".{target.name}.{txid}-{n}.ralph-new")
+            if target.exists():
+                rec["backup"] = str(self.dir / "backup" / f"{n}-{target.name}")
+            ops.append(rec)
+        _save_journal(self.dir, "preparing", ops)
+        for op, rec in zip(self.ops, ops, strict=True):
+            if rec["backup"]:
+                shutil.copy2(rec["target"], rec["backup"])
+            if rec["tmp"]:
+                Path(rec["tmp"]).parent.mkdir(parents=True, exist_ok=True)
+                fsutil.atomic_write_text(Path(rec["tmp"]), op["text"])
+        _save_journal(self.dir, "prepared", ops)
+        return ops
+
+
+def _save_journal(jdir: Path, state: str, ops: list[dict[str, Any]]) -> None:
+    fsutil.atomic_write_text(jdir / "journal.json", json.dumps({"state": state, "ops": ops}))
+
+
+def _perform(rec: dict[str, Any]) -> None:
+    target = Path(rec["target"])
+    if rec["delete"]:
+        target.unlink(missing_ok=True)
+    elif rec["tmp"] and Path(rec["tmp"]).exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(rec["tmp"], target)
+
+
+def _fault_point(done: int) -> None:
+    if after_rename is not None:
+        after_rename(done)
+    if os.environ.get(_KILL_ENV) == str(done):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _rollback(jdir: Path, ops: list[dict[str, Any]]) -> None:
+    for rec in reversed(ops):
+        target = Path(rec["target"])
+        if rec["backup"] and Path(rec["backup"]).exists():
+            fsutil.atomic_write_bytes(target, Path(rec["backup"]).read_bytes())
+        elif not rec["backup"]:
+            target.unlink(missing_ok=True)
+        if rec["tmp"]:
+            Path(rec["tmp"]).unlink(missing_ok=True)
+    shutil.rmtree(jdir, ignore_errors=True)
+
+
+def pending(journal_root: Path) -> Path | None:
+    """The journal folder of an interrupted apply, if any."""
+    jdir = Path(journal_root) / JOURNAL_DIR
+    return jdir if jdir.exists() else None
+
+
+def recover(journal_root: Path, *, rollback: bool = False) -> str | None:
+    """Finish (default) or undo an interrupted apply. Returns what was done, or None."""
+    jdir = pending(journal_root)
+    if jdir is None:
+        return None
+    try:
+        journal = json.loads((jdir / "journal.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        shutil.rmtree(jdir, ignore_errors=True)  # died before anything was listed or renamed
+        return "discarded an apply that had not started writing"
+    ops = journal["ops"]
+    if journal["state"] != "prepared" or rollback:
+        _rollback(jdir, ops)
+        return f"rolled back an interrupted apply ({len(ops)} file operations)"
+    for rec in ops:
+        _perform(rec)
+    shutil.rmtree(jdir, ignore_errors=True)
+    return f"completed an interrupted apply ({len(ops)} file operations)"
+
+
+# ---------------------------------------------------------------- the plan
+
+
+@dataclass
+class CompactPlan:
+    stale: list[audit.Row] = field(default_factory=list)
+    stale_note: str = ""
+    oversized: list[tuple[audit.Row, int]] = field(default_factory=list)
+    merges: list[tuple[audit.Row, audit.Row]] = field(default_factory=list)
+    rotated: int = 0
+    writes: dict[Path, str | None] = field(default_factory=dict)
+    progress_before: int = 0
+    progress_after: int = 0
+    refs_before: int = 0
+    refs_after: int = 0
+
+    @property
+    def empty(self) -> bool:
+        return not self.writes
+
+
+def _ref_keys(value: str) -> set[str]:
+    v = value.strip().strip("`").lower()
+    return {v, Path(v).stem, audit.norm_topic(v)}
+
+
+def recent_usage(records: list[dict[str, Any]], window: int) -> tuple[set[str], int]:
+    """Keys of references selected or updated in the last `window` distinct stories, and how
+    many distinct stories the ledger knows (fewer than the window: too early to age)."""
+    its = [r for r in records if r.get("event") == "iteration" and r.get("story_id")]
+    order: list[str] = []
+    for r in reversed(its):
+        if r["story_id"] not in order:
+            order.append(r["story_id"])
+    recent = set(order[:window])
+    used: set[str] = set()
+    for r in its:
+        if r["story_id"] in recent:
+            for ref in (r.get("selected_references") or []) + (r.get("updated_references") or []):
+                used |= _ref_keys(str(ref))
+    return used, len(order)
+
+
+def _read_ledger(project: Any) -> list[dict[str, Any]]:
+    try:
+        from orchestrator import ledger
+
+        return ledger.read(project.ledger_path)
+    except (ImportError, OSError):
+        return []
+
+
+def plan(project: Any) -> CompactPlan:
+    cfg = project.config
+    mem = audit.MemoryFiles.load(project)
+    cap = cfg.references.max_tokens
+    out = CompactPlan(progress_before=tokens.count(mem.text))
+    live = [r for r in mem.rows if not r.archived]
+    texts = {r.path: mem.read(r.path) for r in live}
+    out.refs_before = sum(tokens.count(t) for t in texts.values() if t is not None)
+    always = {audit.norm_topic(t) for t in [*cfg.references.always, "Codebase patterns"]}
+    text = mem.text
+    ref_writes: dict[Path, str | None] = {}
+
+    # 1. near-duplicate topics: merge the later row into the earlier (every line kept)
+    dropped: set[str] = set()
+    for a, b in audit.near_duplicate_pairs(live):
+        if a.path in dropped or b.path in dropped or texts.get(a.path) is None:
+            continue
+        if texts.get(b.path) is None or a.path == b.path:
+            continue
+        out.merges.append((a, b))
+        texts[a.path] = merge_texts(texts[a.path], texts[b.path], b)
+        ref_writes[mem.abs(a.path)] = texts[a.path]
+        ref_writes[mem.abs(_archived_path(mem, b.path, "merged"))] = texts[b.path]
+        ref_writes[mem.abs(b.path)] = None
+        text = remove_row(text, b)
+        dropped.add(b.path)
+    live = [r for r in live if r.path not in dropped]
+
+    # 2. ageing, from the ledger
+    window = cfg.references.stale_after
+    if window:
+        used, n_stories = recent_usage(_read_ledger(project), window)
+        if n_stories < window:
+            out.stale_note = (
+                f"ageing skipped: the ledger records {n_stories} stories, fewer than "
+                f"references.stale_after ({window})"
+            )
+        else:
+            for r in live:
+                keys = _ref_keys(r.path) | _ref_keys(r.topic)
+                if audit.norm_topic(r.topic) in always or keys & used or texts.get(r.path) is None:
+                    continue
+                out.stale.append(r)
+                dest = _archived_path(mem, r.path, "")
+                ref_writes[mem.abs(dest)] = texts[r.path]
+                ref_writes[mem.abs(r.path)] = None
+                text = archive_row(remove_row(text, r), r.topic, dest)
+    stale_paths = {r.path for r in out.stale}
+
+    # 3. oversized (listed; condensed only on request)
+    for r in live:
+        t = texts.get(r.path)
+        if r.path not in stale_paths and t is not None and tokens.count(t) > cap:
+            out.oversized.append((r, tokens.count(t)))
+
+    # 4. log rotation
+    text, moved = rotate_log(text, cfg.log.keep_entries)
+    if moved:
+        out.rotated = len(moved)
+        archive = project.archive_dir / LOG_ARCHIVE
+        old = fsutil.read_text(archive) if archive.exists() else ""
+        sep = "" if not old or old.endswith("\n\n") else ("\n" if old.endswith("\n") else "\n\n")
+        out.writes[archive] = old + sep + "".join(moved)
+
+    if text != mem.text:
+        out.writes[project.progress_path] = text
+    out.writes.update(ref_writes)
+    out.progress_after = tokens.count(text)
+    out.refs_after = sum(
+        tokens.count(t) for p, t in texts.items() if p not in dropped and p not in stale_paths and t
+    )
+    return out
+
+
+def apply(project: Any, p: CompactPlan) -> None:
+    txn = Transaction(project.ralph_dir)
+    for path, text in p.writes.items():
+        if text is None:
+            txn.delete(path)
+        else:
+            txn.write(path, text)
+    txn.commit()
+    log.debug("compact.applied", writes=len(p.writes))
+
+
+# ---------------------------------------------------------------- text helpers
+
+
+def _archived_path(mem: audit.MemoryFiles, path: str, sub: str) -> str:
+    name = path.rsplit("/", 1)[-1]
+    parts = [mem.rel_dir, "archive", *([sub] if sub else []), name]
+    return "/".join(parts)
+
+
+def merge_texts(keep: str, extra: str, extra_row: audit.Row) -> str:
+    """`keep` followed by every line of `extra` except its title (nothing dropped)."""
+    lines = extra.splitlines()
+    if lines and lines[0].startswith("# "):
+        lines = lines[1:]
+    body = "\n".join(lines).strip("\n")
+    note = f"<!-- merged from {extra_row.topic} ({extra_row.path}) by ralph compact -->"
+    return keep.rstrip("\n") + f"\n\n{note}\n{body}\n"
+
+
+def remove_row(text: str, row: audit.Row) -> str:
+    """Drop the table line that holds this row (found by content: earlier removals shift
+    line numbers)."""
+    lines = text.split("\n")
+    for i, ln in enumerate(lines):
+        cells = audit.split_row(ln)
+        if cells and len(cells) == 2 and cells[0] == row.topic and cells[1].strip("`") == row.path:
+            del lines[i]
+            return "\n".join(lines)
+    raise InputError(f"progress.txt: index row for {row.topic!r} vanished while compacting; retry")
+
+
+def archive_row(text: str, topic: str, path: str) -> str:
+    """Add a row to the `## Archived` table, creating it after the index section."""
+    row = f"| {topic} | {path} |"
+    lines = text.split("\n")
+    secs = audit.sections(lines)
+    arch = next((s for s in secs if s[0].lower().startswith(ARCHIVED_HEADING.lower())), None)
+    if arch is not None:
+        end = arch[2]
+        while end > arch[1] + 1 and not lines[end - 1].strip():
+            end -= 1
+        lines.insert(end, row)
+        return "\n".join(lines)
+    idx = next((s for s in secs if s[0].lower().startswith(audit.INDEX_HEADING.lower())), None)
+    at = idx[2] if idx else len(lines)
+    while idx and at > idx[1] + 1 and not lines[at - 1].strip():
+        at -= 1
+    block = ["", ARCHIVED_HEADING, "| Topic | Reference Path |", "|---|---|", row]
+    lines[at:at] = block
+    return "\n".join(lines)
+
+
+def rotate_log(text: str, keep: int) -> tuple[str, list[str]]:
+    """Move log entries beyond the last `keep` out of the text (kept in file order)."""
+    lines = text.split("\n")
+    entries = [s for s in audit.sections(lines) if audit.is_log_section(s[0])]
+    if len(entries) <= keep:
+        return text, []
+    old = entries[: len(entries) - keep]
+    drop = set()
+    moved: list[str] = []
+    for _h, start, end in old:
+        drop.update(range(start, end))
+        block = "\n".join(lines[start:end]).rstrip("\n") + "\n"
+        moved.append(block if block.endswith("\n\n") else block + "\n")
+    kept = [ln for i, ln in enumerate(lines) if i not in drop]
+    return "\n".join(kept), moved
+
+
+def condense_check(before: str, after: str, topic: str) -> list[str]:
+    """Why an agent's condensed reference is unacceptable (empty list: accept)."""
+    problems = []
+    if tokens.count(after) >= tokens.count(before):
+        problems.append("it did not shrink")
+    title = next((ln for ln in after.splitlines() if ln.strip()), "")
+    if audit.norm_topic(title.lstrip("# ")) != audit.norm_topic(topic):
+        problems.append(f"its first line is not the topic title '# {topic}'")
+    return problems
+
