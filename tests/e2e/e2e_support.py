@@ -80,6 +80,11 @@ def base_env(home: Path, bin_dirs: list[str]) -> dict[str, str]:
         XDG_CONFIG_HOME=str(home / ".config"),
         PATH=path,
         GIT_CONFIG_NOSYSTEM="1",
+        # Clones (A/B arms) carry no local identity; the agent's `git commit` needs one.
+        GIT_AUTHOR_NAME="e2e",
+        GIT_AUTHOR_EMAIL="e2e@example.com",
+        GIT_COMMITTER_NAME="e2e",
+        GIT_COMMITTER_EMAIL="e2e@example.com",
         TERM="dumb",
         NO_COLOR="1",
     )
