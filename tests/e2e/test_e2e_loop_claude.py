@@ -157,20 +157,24 @@ def test_a_hung_api_hits_the_idle_timeout(tmp_path, home, claude_bin):
 
 def test_false_completion_and_truncated_history(tmp_path, home, claude_bin):
     """US-001 claims completion while US-002 remains; US-002 rewrites progress.txt with
-    only its own entry. The loop goes on, and the checks put the history back."""
+    only its own entry and does not claim completion. The loop goes on, the checks put the
+    history back, and the run ends with exit 0 because prd.json says every story passes."""
     stories = sp.STORIES[:2]
     repo = sp.make_project(tmp_path / "calc", "claude", stories=stories)
     turns = sp.claude_scripts(repo, stories)
     turns["US-001"][-1] = Text("All done! <promise>COMPLETE</promise>")
     turns["US-002"] = sp.claude_turns(repo, stories[1], stories=stories,
                                       truncate_progress=True)
+    # The last story ends without the sentinel: prd.json alone says the work is done.
+    turns["US-002"][-1] = Text("US-002 done.")
     with FakeAnthropic(turns, resolve_story=sp.claude_resolver) as api:
         code, out = _run(repo, home, api, claude_bin, "5")
     assert code == 0, out[-3000:]
     assert "false completion" in out
     recs = iterations(read_ledger(repo))
     assert [(r["story_id"], r["outcome"], r["completion"]) for r in recs] == [
-        ("US-001", "passed", "false"), ("US-002", "passed", "complete")]
+        ("US-001", "passed", "false"), ("US-002", "passed", None)]
+    assert "Ralph completed all tasks!" in out
     assert len(api.sessions()) == 2
     assert _prd_passes(repo) == [True, True]
 
