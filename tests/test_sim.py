@@ -379,3 +379,42 @@ def test_bad_knob_and_bad_script_fail_clearly(repo: Path) -> None:
     outcome, _ = run_sim(repo, "Story: US-001\n")
     assert outcome.exit_code == 2 and "sim.yaml" in outcome.output
     assert not (repo.parent / "outside.txt").exists() and not passes(repo)["US-001"]
+
+
+# ---- the example through the real loop ------------------------------------------------------
+def test_example_script_covers_every_story_with_rich_learnings() -> None:
+    from orchestrator.sim_script import load_script
+
+    root = examples.example_path("recipe-box")
+    prd = Prd.load(root / RALPH / "prd.json")
+    script = load_script(root / RALPH / "sim.yaml")
+    plans = [script.plan_for(s.id) for s in prd.stories]
+    assert all(p is not None and p.files and len(p.learning.bullets) >= 8 for p in plans)
+    text = "\n".join("\n".join(p.summary + p.learning.bullets) for p in plans)
+    assert tokens.count(text) > 15_000  # + headings/criteria: the log ends past 20k tokens
+    topics = [p.learning.topic for p in plans]
+    assert max(topics.count(t) for t in set(topics)) >= 4  # areas are revisited
+    assert sum(1 for p in plans if p.reads) >= 20
+
+
+def ralph(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "orchestrator", *args], cwd=repo,
+                          capture_output=True, text=True, timeout=240)
+
+
+def test_ralph_run_drives_the_sim_in_indexed_and_full_mode(tmp_path: Path) -> None:
+    indexed = examples.copy_example("recipe-box", tmp_path / "indexed")
+    out = ralph(indexed, "run", "2")
+    assert out.returncode == 1, out.stdout + out.stderr  # iterations used up, 2 stories done
+    assert [k for k, v in passes(indexed).items() if v] == ["US-001", "US-002"]
+    assert [r.topic for r in progress(indexed).index_rows] == [
+        "Project layout and tooling", "Database and migrations"]
+    # US-002's prompt inlined the US-001 reference: the sim did not reopen it
+    log = next((indexed / "ralph" / "logs").glob("*/iteration-2.log")).read_text()
+    opened = read_paths(log)
+    assert any(p.endswith("prd.json") for p in opened)
+    assert not any(p.endswith("project-layout-and-tooling.md") for p in opened)
+    full = examples.copy_example("recipe-box", tmp_path / "full")
+    out = ralph(full, "run", "--mode", "full", "1")
+    assert passes(full)["US-001"] and not (full / "ralph" / "references").exists()
+    assert head_subject(full) == "feat: US-001 - Application factory and test harness"
