@@ -31,7 +31,7 @@ log = structlog.get_logger()
 PATTERNS_TOPIC = "Codebase patterns"
 INDEX_HEADING = "## Progress Index"
 HISTORY_HEADING = "## Migrated History"
-DEFAULT_MAX_TOKENS = 2000
+DEFAULT_MAX_TOKENS = 800  # config.references.max_tokens default
 MAX_TOPICS = 24
 _FILL = 0.75  # fill references to 75% of the cap: room for the header and later appends
 
@@ -337,6 +337,10 @@ def _learning_lines(body: list[str]) -> tuple[list[str], bool]:
 
 def _split_big(group: list[str], limit: int) -> list[list[str]]:
     """Cut an oversized item at line boundaries so no reference has to exceed the cap."""
+    joined = "\n".join(group)
+    # A token is at least one byte: short groups cannot be over the limit (no counting).
+    if len(joined.encode("utf-8", "surrogateescape")) <= limit or tokens.count(joined) <= limit:
+        return [group]
     out: list[list[str]] = [[]]
     used = 0
     for ln in group:
@@ -870,8 +874,8 @@ def _with_always(old: str) -> str | None:
     if not re.search(r"(?m)^references:", old):
         sep = "" if not old or old.endswith("\n") else "\n"
         return f"{old}{sep}references:\n  always: [{item}]\n"
-    if re.search(r"(?m)^\s+always:", old):
-        m = re.search(r"(?m)^(\s+always:\s*)\[(.*)\]\s*$", old)
+    if re.search(r"(?m)^[ \t]+always:", old):
+        m = re.search(r"(?m)^([ \t]+always:[ \t]*)\[(.*)\][ \t]*$", old)
         if not m:
             return None
         inner = m.group(2).strip()
