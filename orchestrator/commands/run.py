@@ -47,9 +47,11 @@ def _add_flags(p: argparse.ArgumentParser) -> None:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "run", help="run the loop: one story per iteration until all pass",
+        usage="ralph run [--tool NAME | --tool=NAME] [MAX_ITERATIONS] [options]",
         description="Run the agent loop, ralph.sh-compatible: "
         "`ralph run [--tool NAME] [MAX_ITERATIONS]`. Exit codes: 0 all stories pass, "
-        "1 iterations used up, 2 usage/config/input error, 3 budget, 4 stuck, 130 interrupted.")
+        "1 iterations used up, 2 usage/config/input error, 3 budget or usage limit beyond "
+        "limits.max_wait, 4 stuck or failed checks (checks: fail), 130 interrupted.")
     add_common(p)
     _add_flags(p)
     # Everything after the first bare word is re-read by _merge_rest, so numbers and flags
