@@ -437,7 +437,7 @@ def test_base_helpers():
 
 
 # ---- the real Claude Code and Codex CLIs, offline (scripted APIs from tests/e2e) ----------
-sys.path.insert(0, str(Path(__file__).parent / "e2e"))
+sys.path.insert(0, str(Path(__file__).parent / "e2e"))  # scripted APIs
 LEAKY = ("ANTHROPIC_", "CLAUDE", "OPENAI_", "CODEX_", "AMP_", "GEMINI_", "RALPH_")
 
 
@@ -705,3 +705,116 @@ def test_claude_killed_while_retrying_overloaded_api_is_transient():
     limited = agent.parse(API_RETRY.replace("529", "429"), 143)
     assert limited.limit is not None and limited.limit.kind == "rate"
     assert not is_transient(limited, "")
+
+
+# ---- the real Gemini CLI and opencode, offline -----------------------------------------------
+def npm_cli(name: str) -> str:
+    """An installed CLI: $NPM_CLI_BIN, <repo>/.ci/npm, or PATH; else skip."""
+    import shutil
+
+    repo = Path(__file__).resolve().parents[1]
+    for folder in (os.environ.get("NPM_CLI_BIN"), repo / ".ci/npm/node_modules/.bin"):
+        if folder and (Path(folder) / name).exists():
+            return str(Path(folder) / name)
+    found = shutil.which(name)
+    if not found:
+        pytest.skip(f"{name} CLI not installed (npm: @google/gemini-cli, opencode-ai); "
+                    "set NPM_CLI_BIN to its bin folder")
+    return found
+
+
+def test_real_gemini_through_adapter_and_runner(tmp_path, offline_env):
+    from fake_gemini import Call, FakeGemini, Say, gemini_home
+
+    exe = npm_cli("gemini")
+    work = tmp_path / "work"
+    work.mkdir()
+    prompt = tmp_path / "prompt.md"
+    prompt.write_text("Implement story US-001.\n")
+    shown: list[str] = []
+    with FakeGemini([Call("run_shell_command", {"command": "echo made > made.txt"}),
+                     Say("Done. " + SENTINEL)]) as api:
+        env = {**offline_env, **gemini_home(tmp_path / "home"),
+               "GOOGLE_GEMINI_BASE_URL": api.base_url}
+        agent = get_agent("gemini", {"command": [exe], "env": env, "model": "gemini-2.5-pro"})
+        outcome, result = runner.run_agent(agent, prompt, cwd=work, on_line=shown.append,
+                                           wall_timeout=180)
+        texts = [part.get("text", "") for c in api.main_requests()[0].body["contents"]
+                 for part in c.get("parts", [])]
+        first = next(x for x in texts if "US-001" in x)
+    assert outcome.exit_code == 0, outcome.output[-2000:]
+    # stdin and the -p instruction arrive as one user message, the prompt first.
+    assert first.startswith("Implement story US-001.") and first.endswith(
+        base_instruction())
+    # The folder was never marked trusted: without the adapter's trust variable the CLI
+    # would have downgraded yolo and refused to run the shell command.
+    assert (work / "made.txt").read_text() == "made\n"
+    assert result.final_message == "Done. " + SENTINEL and not result.is_error
+    assert result.usage == Usage(2000, 18, 400, 0)  # two requests of 1200 (200 cached) + 9
+    assert "⏺ run_shell_command echo made > made.txt" in shown
+    assert "assistant: Done. " + SENTINEL in shown
+
+
+def test_real_gemini_daily_quota_is_a_limit(tmp_path, offline_env):
+    from fake_gemini import FakeGemini, Quota, gemini_home
+
+    exe = npm_cli("gemini")
+    prompt = tmp_path / "prompt.md"
+    prompt.write_text("Implement story US-001.\n")
+    with FakeGemini([Quota()]) as api:
+        env = {**offline_env, **gemini_home(tmp_path / "home"),
+               "GOOGLE_GEMINI_BASE_URL": api.base_url}
+        agent = get_agent("gemini", {"command": [exe], "env": env, "model": "gemini-2.5-pro"})
+        outcome, result = runner.run_agent(agent, prompt, cwd=tmp_path, wall_timeout=180)
+    assert outcome.timed_out is None and result.is_error
+    assert "exhausted your daily quota" in result.error
+    assert result.limit is not None and result.limit.kind == "quota"
+
+
+def test_real_opencode_through_adapter_and_runner(tmp_path, offline_env):
+    from fake_anthropic import FakeAnthropic, Text, ToolUse
+
+    exe = npm_cli("opencode")
+    home = tmp_path / "home"
+    work = tmp_path / "work"
+    work.mkdir()
+    prompt = tmp_path / "prompt.md"
+    prompt.write_text("Implement story US-001.\n")
+    shown: list[str] = []
+    script = [ToolUse("bash", {"command": "echo made > made.txt", "description": "make"},
+                      text="Working."), Text("Done. " + SENTINEL)]
+    with FakeAnthropic({"US-001": script}) as api:
+        # opencode speaks to any Anthropic-compatible endpoint through a custom provider.
+        config = {"provider": {"fake": {
+            "npm": "@ai-sdk/anthropic", "name": "Fake",
+            "options": {"baseURL": api.base_url + "/v1", "apiKey": "x"},
+            "models": {"claude-opus-4-8": {"name": "fake opus"}}}},
+            "model": "fake/claude-opus-4-8", "small_model": "fake/claude-opus-4-8",
+            "share": "disabled", "autoupdate": False}
+        (home / ".config" / "opencode").mkdir(parents=True, exist_ok=True)
+        (home / ".config" / "opencode" / "opencode.json").write_text(json.dumps(config))
+        env = {**offline_env, "XDG_DATA_HOME": str(home / "data"),
+               "XDG_CACHE_HOME": str(home / "cache"), "XDG_STATE_HOME": str(home / "state"),
+               "OPENCODE_DISABLE_MODELS_FETCH": "1", "OPENCODE_DISABLE_AUTOUPDATE": "1"}
+        agent = get_agent("opencode", {"command": [exe], "env": env})
+        outcome, result = runner.run_agent(agent, prompt, cwd=work, on_line=shown.append,
+                                           wall_timeout=240)
+    assert outcome.exit_code == 0, outcome.output[-2000:]
+    assert (work / "made.txt").read_text() == "made\n"  # in the agent's folder (PWD!)
+    assert result.final_message == "Done. " + SENTINEL and not result.is_error
+    assert result.num_turns == 2 and result.usage.input_tokens > 0
+    assert shown == ["assistant: Working.", "⏺ Bash: echo made > made.txt",
+                     "assistant: Done. " + SENTINEL]
+
+
+def test_gemini_untrusted_folder_exit_names_the_fix():
+    out = ("Approval mode overridden to \"default\" because the current folder is not trusted.\n"
+           "Gemini CLI is not running in a trusted directory. To proceed, either use "
+           "`--skip-trust`, set the `GEMINI_CLI_TRUST_WORKSPACE=true` environment variable\n")
+    agent = get_agent("gemini", None, check=False)
+    result = agent.parse(out, 55)
+    assert result.is_error and "GEMINI_CLI_TRUST_WORKSPACE=true" in result.error
+    assert "not running in a trusted directory" in result.error
+    assert agent.env()["GEMINI_CLI_TRUST_WORKSPACE"] == "true"
+    assert get_agent("gemini", {"env": {"GEMINI_CLI_TRUST_WORKSPACE": "false"}},
+                     check=False).env()["GEMINI_CLI_TRUST_WORKSPACE"] == "false"

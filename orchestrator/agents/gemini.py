@@ -29,7 +29,9 @@ EXIT_CODES = {
     44: "sandbox error (exit 44)",
     52: "invalid configuration (exit 52)",
     53: "turn limit reached (exit 53)",
+    55: "folder not trusted (exit 55): set GEMINI_CLI_TRUST_WORKSPACE=true in agents.gemini.env",
 }
+NO_JSON = "gemini printed no JSON output"
 INSTRUCTION = "Follow the instructions given above (on standard input) exactly."
 
 
@@ -52,6 +54,12 @@ class GeminiAgent(Agent):
             return argv + ["-p", f"Read {prompt_file} and follow the instructions in it."]
         return argv + ["-p", INSTRUCTION]
 
+    def env(self) -> dict[str, str]:
+        # In a folder the user never marked trusted, Gemini CLI downgrades yolo to "default"
+        # and a headless run exits 55 before doing anything. The loop runs in the user's
+        # own project, so trust it (override in agents.gemini.env).
+        return {"GEMINI_CLI_TRUST_WORKSPACE": "true", **self.settings.env}
+
     def display(self, line: str) -> str | None:
         event = parse_json_line(line)
         if event is None:
@@ -68,8 +76,9 @@ class GeminiAgent(Agent):
             if event.get("status") not in (None, "success"):
                 return f"✗ {event.get('status')}: {short(_message(event.get('error')))}"
             return f"✓ done: {stats.prompt_tokens} in / {stats.output_tokens} out tokens"
-        if kind == "message" and event.get("role") == "assistant" and not event.get("delta"):
-            return f"assistant: {short(str(event.get('content', '')))}"
+        if kind == "message" and event.get("role") == "assistant":
+            text = str(event.get("content", "")).strip()  # streamed pieces: one line each
+            return f"assistant: {short(text)}" if text else None
         return None
 
     def parse_output(self, output: str, exit_code: int | None) -> AgentResult:
@@ -78,6 +87,9 @@ class GeminiAgent(Agent):
             result = _parse_stream(events)
         else:
             result = _parse_json(_whole_json(output))
+            if result.error == NO_JSON:
+                plain = [ln.strip() for ln in output.splitlines() if ln.strip()]
+                result.error = NO_JSON + (f": {short(plain[-1], 300)}" if plain else "")
         result.model = result.model or self.model
         if exit_code in EXIT_CODES:
             result.is_error = True
@@ -171,7 +183,7 @@ def _models_usage(models: Any) -> tuple[Usage | None, str | None]:
 
 def _parse_json(obj: dict[str, Any] | None) -> AgentResult:
     if obj is None:
-        return AgentResult(is_error=True, error="gemini printed no JSON output")
+        return AgentResult(is_error=True, error=NO_JSON)
     usage, model = _models_usage((obj.get("stats") or {}).get("models"))
     error = obj.get("error")
     response = obj.get("response")
