@@ -11,6 +11,7 @@ back, never left half-done.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -374,3 +375,60 @@ def condense_check(before: str, after: str, topic: str) -> list[str]:
         problems.append(f"its first line is not the topic title '# {topic}'")
     return problems
 
+
+
+# ---------------------------------------------------------------- condensing with an agent
+
+CONDENSE_PROMPT = """\
+You are condensing one reference file of this project's Ralph memory.
+
+File: {path}
+Topic: {topic}
+Size: {before} tokens; the limit is {cap} tokens.
+
+Rewrite {path} in place so that it is under {cap} tokens:
+- keep the first line exactly: # {topic}
+- keep every distinct fact, file path and provenance tag such as [US-001];
+- merge repeated or superseded points; drop narration and anything obsolete.
+Do not edit any other file. When done, reply with one line saying what you removed.
+"""
+
+
+def condense_with_agent(project: Any, row: audit.Row, agent_name: str, *, apply: bool) -> int:
+    """Ask an agent to condense one oversized reference, then verify it shrank and kept its
+    topic; the original is archived first and restored when the result is refused."""
+    from orchestrator import runner
+    from orchestrator.agents.base import get_agent
+
+    mem = audit.MemoryFiles.load(project)
+    cap = project.config.references.max_tokens
+    target = mem.abs(row.path)
+    before = fsutil.read_text(target)
+    if not apply:
+        print(f"would ask {agent_name} to condense {row.path} ({tokens.count(before)} tokens, "
+              f"cap {cap}); run with --apply")
+        return 0
+    agent = get_agent(agent_name, project.config.agents.get(agent_name))
+    digest = hashlib.sha256(before.encode("utf-8", "surrogateescape")).hexdigest()[:8]
+    original = mem.abs(_archived_path(mem, row.path, "originals")).with_suffix(f".{digest}.md")
+    fsutil.atomic_write_text(original, before)
+    logs = Path(project.logs_dir)
+    prompt = logs / f"condense-{target.stem}.prompt.md"
+    fsutil.atomic_write_text(prompt, CONDENSE_PROMPT.format(
+        path=row.path, topic=row.topic, before=tokens.count(before), cap=cap))
+    timeouts = project.config.timeouts
+    outcome, result = runner.run_agent(
+        agent, prompt, cwd=project.root, transcript_path=logs / f"condense-{target.stem}.log",
+        wall_timeout=timeouts.iteration, idle_timeout=timeouts.idle)
+    after = fsutil.read_text(target) if target.is_file() else ""
+    problems = condense_check(before, after, row.topic)
+    if result.is_error:
+        problems.insert(0, f"the agent failed ({result.error})")
+    if problems:
+        fsutil.atomic_write_text(target, before)
+        print(f"refused {agent_name}'s condensed {row.path}: {'; '.join(problems)}; "
+              "the original is back in place")
+        return 1
+    print(f"condensed {row.path}: {tokens.count(before)} -> {tokens.count(after)} tokens; "
+          f"original kept at {project.rel(original)}")
+    return 0

@@ -213,3 +213,41 @@ def test_commit_refuses_while_a_journal_is_pending(tmp_path: Path) -> None:
     with pytest.raises(Exception, match="interrupted"):
         txn.commit()
     assert not (tmp_path / "x").exists()
+
+
+SHRINK = """\
+import re, sys
+prompt = sys.stdin.read()
+path = re.search(r"^File: (.+)$", prompt, re.M).group(1)
+lines = open(path).read().splitlines()
+keep = lines[:1] if {keep_title} else ["# Something else"]
+for ln in lines[1:]:
+    if ln not in keep:
+        keep.append(ln)
+open(path, "w").write("\\n".join(keep) + "\\n")
+print("removed duplicates")
+"""
+
+
+@pytest.mark.parametrize("keep_title", [True, False])
+def test_agent_condenses_an_oversized_reference(tmp_path: Path, monkeypatch, capsys,
+                                                keep_title: bool) -> None:
+    root = make(tmp_path)
+    (root / "shrink.py").write_text(SHRINK.format(keep_title=keep_title))
+    with (root / "ralph.yaml").open("a") as f:
+        f.write(f"agents:\n  shrinker:\n    command: [{json.dumps(sys.executable)}, shrink.py]\n")
+    big = "# Database schema\n" + "- [US-003] migrations live in db/migrations/\n" * 300
+    (root / "ralph/references/db.md").write_text(big)
+    monkeypatch.chdir(root)
+    assert cli.main(["compact", "--agent", "shrinker"]) == 0  # dry run: asks nothing
+    assert (root / "ralph/references/db.md").read_text() == big
+    rc = cli.main(["compact", "--agent", "shrinker", "--apply"])
+    out = capsys.readouterr().out
+    originals = list((root / "ralph/references/archive/originals").glob("db.*.md"))
+    assert len(originals) == 1 and originals[0].read_text() == big  # original kept
+    now = (root / "ralph/references/db.md").read_text()
+    if keep_title:
+        assert rc == 0 and "condensed ralph/references/db.md" in out
+        assert now == "# Database schema\n- [US-003] migrations live in db/migrations/\n"
+    else:
+        assert rc == 1 and "refused" in out and now == big  # topic lost: put back
