@@ -149,7 +149,7 @@ class Display:
     def run_table(self, records: list[dict[str, Any]], title: str = "ralph run") -> Table:
         """One row per iteration and a totals footer (agent in = input + cache tokens)."""
         table = Table(title=title, show_footer=True, title_justify="left", box=box.SIMPLE_HEAD,
-                      pad_edge=False)
+                      pad_edge=False, collapse_padding=True)
         tot = ledger.totals(records)
         cols = [
             ("#", f"{tot.iterations}"), ("story", "total"), ("outcome", f"{tot.passed} pass"),
