@@ -64,6 +64,7 @@ class OpencodeAgent(Agent):
         cost: float | None = None
         texts: list[str] = []
         errors: list[str] = []
+        status: int | None = None
         steps = 0
         for event in json_events(output):
             kind, part = event.get("type"), event.get("part") or {}
@@ -78,6 +79,7 @@ class OpencodeAgent(Agent):
                     cost = (cost or 0.0) + float(part["cost"])
             elif kind == "error":
                 errors.append(_error_text(event.get("error") or event))
+                status = _status(event.get("error")) or status
         return AgentResult(
             final_message="\n".join(texts) or None,
             usage=usage,
@@ -86,6 +88,7 @@ class OpencodeAgent(Agent):
             error="; ".join(errors) or None,
             num_turns=steps or None,
             model=self.model,
+            http_status=status,
         )
 
 
@@ -103,6 +106,13 @@ def _tokens(raw: Any) -> Usage:
         cache_read_tokens=num(cache, "read"),
         cache_write_tokens=num(cache, "write"),
     )
+
+
+def _status(err: Any) -> int | None:
+    """The provider's HTTP status (`error.data.statusCode`): 429 = limit, 5xx = transient."""
+    data = err.get("data") if isinstance(err, dict) else None
+    code = data.get("statusCode") if isinstance(data, dict) else None
+    return code if isinstance(code, int) else None
 
 
 def _error_text(err: Any) -> str:
