@@ -57,6 +57,8 @@ def test_ab_full_arm_grows_indexed_arm_stays_flat(tmp_path, home, claude_bin):
         assert [(r["story_id"], r["outcome"], r["mode"]) for r in recs] == [
             (s, "passed", arm) for s in stories]
         assert all(r["usage"]["input_tokens"] > 0 and r["cost_usd"] > 0 for r in recs)
+        assert all(r["committed"] and r["checks"]["ok"] for r in recs), [
+            r["checks"]["findings"] for r in recs]
     assert json.loads((repo / sp.RALPH_DIR / "prd.json").read_text())["userStories"][0][
         "passes"] is False
     assert (out_dir / "ab-report.md").exists() and (out_dir / "ab-report.json").exists()
