@@ -13,11 +13,12 @@ from e2e_support import (
     commit_subjects,
     iterations,
     json_lines,
+    processes_in,
     ralph_argv,
     read_ledger,
     run_pty,
 )
-from fake_openai import Fail, FailFirst, FakeOpenAI
+from fake_openai import Fail, FailFirst, FakeOpenAI, Hang
 
 
 def _project(tmp_path: Path, api: FakeOpenAI, stories: list[sp.Story], **extra) -> Path:
@@ -105,3 +106,23 @@ def test_codex_usage_limit_beyond_max_wait_stops_the_run(tmp_path, home, codex_b
     assert "limits.max_wait" in out
     assert len(api.main_requests()) == 1
     assert _prd_passes(repo) == [False] and commit_subjects(repo) == ["initial"]
+
+
+def test_codex_hung_api_hits_the_idle_timeout(tmp_path, home, codex_bin):
+    stories = sp.STORIES[:1]
+
+    def hang_first(turns: list) -> list:
+        return [FailFirst(1, turns[0], Hang(120)), *turns[1:]]
+
+    with FakeOpenAI(sp.codex_script(stories, edit=hang_first),
+                    resolve_story=sp.codex_resolver) as api:
+        repo = _project(tmp_path, api, stories, timeouts={"idle": 8})
+        code, out = _run(repo, home, codex_bin, "3")
+        # codex is a node launcher plus a native binary: the whole group must be gone.
+        assert processes_in(repo) == []
+    assert code == 0, out[-3000:]
+    recs = iterations(read_ledger(repo))
+    assert [(r["outcome"], r["timed_out"]) for r in recs] == [("timeout", "idle"),
+                                                              ("passed", None)]
+    assert 8 <= recs[0]["duration_s"] < 40
+    assert _prd_passes(repo) == [True]
