@@ -260,7 +260,8 @@ def _after_span(span: str, now: datetime) -> datetime | None:
 _TRANSIENT = re.compile(
     r"No messages returned|overloaded_error|\bOverloaded\b|API Error: 5\d\d|\(5\d\d\)"
     r"|\b529\b|Internal server error|api_error_status\"?:\s*5\d\d|ECONNRESET|socket hang up"
-    r"|stream disconnected before completion",
+    r"|stream disconnected before completion|Couldn.t connect to|ECONNREFUSED|ETIMEDOUT"
+    r"|fetch failed",
     re.IGNORECASE,
 )
 

@@ -153,6 +153,8 @@ def test_now_default_is_aware():
     (AgentResult(is_error=True, error="API Error: 529 overloaded_error"), "", True),
     (AgentResult(is_error=True, http_status=500), "", True),
     (None, "Error: API Error: 503 Service Unavailable", True),
+    (AgentResult(is_error=True), "Error: Couldn't connect to the Amp server at https://x/.", True),
+    (AgentResult(is_error=True), "TypeError: fetch failed", True),
     (AgentResult(is_error=True, http_status=429, error="Request rejected (429)"), "", False),
     (AgentResult(final_message="No messages returned"), "", False),  # not an error
     (AgentResult(), '{"type":"user","content":"Overloaded servers are a topic"}', False),

@@ -234,3 +234,21 @@ def test_real_opencode_through_adapter_and_runner(tmp_path, offline_env):
                      "assistant: Done. " + SENTINEL]
 
 
+
+
+def test_real_amp_accepts_the_adapters_flags(tmp_path, offline_env):
+    """Amp talks only to its own service, so offline we can check the call, not a story:
+    the CLI rejects unknown options, so reaching the connection step proves the argv."""
+    exe = npm_cli("amp")
+    prompt = tmp_path / "prompt.md"
+    prompt.write_text("Implement story US-001.\n")
+    env = {**offline_env, "AMP_API_KEY": "sgamp_x", "AMP_URL": "http://127.0.0.1:9"}
+    agent = get_agent("amp", {"command": [exe], "env": env, "model": "high"})
+    outcome, result = runner.run_agent(agent, prompt, cwd=tmp_path, wall_timeout=120)
+    assert "unknown option" not in outcome.output
+    assert "Couldn't connect to the Amp server at http://127.0.0.1:9" in outcome.output
+    assert outcome.exit_code == 1 and result.is_error
+
+    from orchestrator.limits import is_transient
+
+    assert is_transient(result, outcome.output)  # a network failure is worth a retry
