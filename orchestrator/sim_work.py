@@ -227,17 +227,21 @@ class Work:
         return Progress.parse("")
 
     def entry_block(self, plan: StoryPlan, ref_path: str | None) -> str:
+        """Ralph's entry. In indexed mode the learnings went to the reference, so the log
+        gets the short narrative the indexed prompt asks for, naming the reference."""
         now = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
-        files = [f.path for f in plan.files] + ([ref_path] if ref_path else [])
         lines = [f"## {now} - {self.story.id}", f"- Implemented: {self.story.title}"]
+        files = [f.path for f in plan.files]
+        if self.mode == "indexed" and ref_path:
+            lines.append(f"- Files changed: {', '.join(files + [ref_path])}")
+            lines.append(f"- References: {plan.learning.topic} ({ref_path})")
+            return "\n".join(lines) + "\n---\n"
         lines += [f"- {b}" for b in plan.summary]
         lines.append(f"- Files changed: {', '.join(files) or 'none'}")
         lines += [f"- Checks: `{c}` passed" for c in plan.checks]
         if self.story.acceptance_criteria:
             lines.append("- Acceptance criteria met:")
             lines += [f"  - {c}" for c in self.story.acceptance_criteria]
-        if ref_path:
-            lines.append(f"- Reference updated: {ref_path} ({plan.learning.topic})")
         lines.append("- **Learnings for future iterations:**")
         lines += [f"  - {b}" for b in plan.learning.bullets]
         return "\n".join(lines) + "\n---\n"

@@ -177,6 +177,11 @@ def test_indexed_mode_writes_reference_and_row_and_reads_only_what_it_needs(repo
         ("Project layout and tooling", "ralph/references/project-layout-and-tooling.md")]
     assert "ralph/references/project-layout-and-tooling.md" in git(
         repo, "show", "--name-only", "--format=", "HEAD")
+    # the log gets the short entry the indexed prompt asks for; learnings live in the reference
+    entry = progress(repo).entries[-1]
+    assert entry.story_ids == ["US-001"] and entry.learnings == []
+    assert ("- References: Project layout and tooling "
+            "(ralph/references/project-layout-and-tooling.md)") in entry.text
     # US-002 opens the reference it is not given; its progress.txt read is the index only.
     prd_text = (repo / RALPH / "prd.json").read_text()
     index_text = progress(repo).index_text
