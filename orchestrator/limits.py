@@ -57,7 +57,8 @@ _MONTHS = ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct",
 
 _CLAUDE_PIPE = re.compile(r"Claude AI usage limit reached\|(?P<epoch>\d{9,13})")
 _RESETS = re.compile(
-    r"(?P<head>(?:[\w-]+ )*limit reached|You" + _APOS + r"ve hit your (?:\w+ )?limit)"
+    r"(?P<head>(?:[\w-]+ )*limit reached|You" + _APOS + r"ve hit your (?:\w+ )?limit"
+    r"|You" + _APOS + r"re out of (?:extra )?usage)"
     r"[^\n]{0,60}?(?:resets|will reset)\s+(?:at\s+)?"
     r"(?:(?P<mon>[A-Za-z]{3})[a-z]*\.?\s+(?P<day>\d{1,2})(?:st|nd|rd|th)?,?\s+(?:at\s+)?)?"
     + _CLOCK

@@ -68,6 +68,11 @@ def test_typographic_apostrophe_and_minutes():
     assert sig.reset_at == datetime(2026, 11, 30, 7, 30, tzinfo=LA)
 
 
+def test_out_of_extra_usage():
+    sig = detect("You're out of extra usage · resets 3am (UTC)", now=NOW)
+    assert sig.reset_at == datetime(2026, 12, 1, 3, 0, tzinfo=UTC)
+
+
 def test_old_claude_wording_will_reset_at():
     sig = detect("Claude usage limit reached. Your limit will reset at 5pm (UTC).", now=NOW)
     assert sig.reset_at == datetime(2026, 11, 30, 17, 0, tzinfo=UTC)
