@@ -56,6 +56,8 @@ def test_three_stories_end_to_end(tmp_path, home, claude_bin):
                             timeout=240)
     assert code == 0, out[-3000:]
     assert "Ralph completed all tasks!" in out
+    # The CLI resets terminal modes on exit; that must not reach the user's screen as junk.
+    assert "\x1b[?" not in out
 
     # The key really came back from the tool, yet no log, transcript or screen shows it.
     assert SECRET in api.main_requests("US-001")[2].last_tool_result()
