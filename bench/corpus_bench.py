@@ -34,7 +34,11 @@ from orchestrator.prd import Prd, Story  # noqa: E402
 from orchestrator.progress import Progress, new_progress_text  # noqa: E402
 
 
-def memory_builder() -> tuple[Any, str]:
+def memory_builder(interim: bool = False) -> tuple[Any, str]:
+    if interim:
+        from interim_memory import build_memory
+
+        return build_memory, "bench/interim_memory.py"
     try:
         from orchestrator.migrate import build_memory  # type: ignore[attr-defined]
 
@@ -154,7 +158,8 @@ def inputs(h: History, k: int, story: Story, log_text: str, index_text: str,
         story=story, progress_text=log_text, index_text=index_text, references=refs,
         indexed_template=pr.builtin_template("prompt.md"),
         full_template=pr.builtin_template("prompt-full.md"),
-        budget=cfg.budget, ref_cap=cfg.ref_cap, cutoff=cfg.cutoff,
+        budget=cfg.budget, ref_cap=cfg.ref_cap, cutoff=cfg.cutoff, blend=cfg.blend,
+        stories={s.id: s.text() for s in h.prd.stories} if h.prd else {},
         paths={"progress_path": "scripts/ralph/progress.txt", "prd_path": "scripts/ralph/prd.json",
                "references_dir": "ralph/references", "branch": "ralph/feature"},
     )
@@ -260,10 +265,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget", type=int, default=16000, help="budget.prompt_tokens")
     ap.add_argument("--ref-cap", type=int, default=800, help="references.max_tokens")
     ap.add_argument("--cutoff", type=float, default=sel.DEFAULT_CUTOFF)
+    ap.add_argument("--blend", type=float, default=sel.DEFAULT_BLEND)
+    ap.add_argument("--memory", choices=("migrate", "interim"), default="migrate",
+                    help="memory builder: migrate.build_memory, or bench/interim_memory.py")
     ap.add_argument("--no-plot", action="store_true")
     ap.add_argument("--no-scale", action="store_true", help="skip the 1,000-reference timing")
     cfg = ap.parse_args(argv)
-    build_memory, builder = memory_builder()
+    build_memory, builder = memory_builder(cfg.memory == "interim")
     folders = sorted(p for p in cfg.corpus.iterdir() if (p / "progress.txt").is_file())
     if cfg.only:
         folders = [f for f in folders if cfg.only in f.name]
@@ -279,8 +287,9 @@ def main(argv: list[str] | None = None) -> int:
     from report import plot, scale_timing, write_report
 
     result = {
-        "memory_builder": builder, "config": {"budget": cfg.budget, "ref_cap": cfg.ref_cap,
-                                              "cutoff": cfg.cutoff},
+        "memory_builder": builder,
+        "config": {"budget": cfg.budget, "ref_cap": cfg.ref_cap, "cutoff": cfg.cutoff,
+                   "blend": cfg.blend},
         "summary": summarize(rows), "histories": per_history(rows), "skipped": skipped,
         "scale": None if cfg.no_scale else scale_timing(folders, cfg),
         "rows": rows,

@@ -21,7 +21,6 @@ project. The bench calls the pure ones directly.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -79,6 +78,7 @@ class Inputs:
     paths: dict[str, str] = field(default_factory=dict)  # progress_path, prd_path, ...
     cutoff: float = sel.DEFAULT_CUTOFF
     blend: float = sel.DEFAULT_BLEND
+    stories: dict[str, str] = field(default_factory=dict)  # prd.json id -> text, for ranking
 
 
 @dataclass
@@ -238,7 +238,7 @@ def build_indexed(inp: Inputs, *, with_counterfactual: bool = True) -> Assembled
         selection = sel.select(
             query, sources, budget=room, story_hints=getattr(inp.story, "references", None) or (),
             always=inp.always, cutoff=inp.cutoff, blend=inp.blend, ref_cap=inp.ref_cap,
-            encoding=enc,
+            stories=inp.stories, encoding=enc,
         )
         refs = sel.render(selection, sources)
         vals = {**base_vals, "references": refs}
@@ -330,13 +330,16 @@ def _rel(path: Path, root: Path) -> str:
         return str(path)
 
 
-def _branch(prd_path: Path) -> str | None:
+def _prd_facts(prd_path: Path) -> tuple[str, dict[str, str]]:
+    """The branch name and each story's text, read leniently: the loop has already
+    validated prd.json, and a prompt must not fail on what only helps ranking."""
+    from orchestrator.prd import Prd
+
     try:
-        data = json.loads(Path(prd_path).read_bytes())
-    except (OSError, ValueError):
-        return None
-    name = data.get("branchName") if isinstance(data, dict) else None
-    return name if isinstance(name, str) and name.strip() else None
+        prd = Prd.load(prd_path)
+    except (OSError, InputError):
+        return "", {}
+    return prd.branch_name or "", {s.id: s.text() for s in prd.stories}
 
 
 def inputs_for(project: Any, story: Any, memory: Any, *, notes: Sequence[str] = (),
@@ -345,6 +348,7 @@ def inputs_for(project: Any, story: Any, memory: Any, *, notes: Sequence[str] = 
     refs_cfg = getattr(cfg, "references", None)
     budget_cfg = getattr(cfg, "budget", None)
     store = getattr(project, "references", None)
+    branch, stories = _prd_facts(project.prd_path)
     return Inputs(
         story=story,
         progress_text=memory.progress_text,
@@ -363,8 +367,9 @@ def inputs_for(project: Any, story: Any, memory: Any, *, notes: Sequence[str] = 
             "prd_path": _rel(project.prd_path, project.root),
             "references_dir": getattr(store, "rel_dir", None)
             or getattr(refs_cfg, "dir", "ralph/references"),
-            "branch": _branch(project.prd_path) or "",
+            "branch": branch,
         },
+        stories=stories,
     )
 
 

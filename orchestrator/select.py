@@ -2,39 +2,47 @@
 
 Pure: no I/O. The unit of selection is an *item*: one top-level bullet (with its nested
 lines) or one paragraph of a reference, shown under its section heading. Topic files collect
-learnings from many stories, so a whole reference is rarely relevant as a whole; items give
-far better recall per token (bench/README.md has the measurements).
+learnings from many stories, so a whole reference is rarely relevant as a whole.
 
-Ranking is BM25 (`bm25s`) with the story's title, description, acceptance criteria and notes
-as the query, at two levels: each item alone, and each whole reference (its topic, areas and
-files say what part of the code it is about). An item's score blends the two, so a short
-bullet in the right topic outranks a long one that shares a word by chance.
-Explicit hints come first: a story's own `references` list, then `references.always`; their
-items are taken in file order. Then items are taken by score while they stay above a
-relevance cut-off (a share of the best score) and fit the budget and the per-reference cap.
-Same inputs, same selection: ties break on file order, and scores are rounded.
+Ranking is BM25 (Lucene's variant, the scores `bm25s` computes; see `_bm25`) with the
+story's title, description, acceptance criteria and notes as the query, at two levels:
+- the item's *group*: the learnings of one earlier story (items tagged `- [US-003] ...`, as
+  `ralph migrate` writes them, wherever their topic put them; else the item's section),
+  with their topics and, when prd.json is known, that story's own text. In a Ralph log,
+  relevance is per story: the learnings of a story that touched the same code matter
+  together, so they are ranked together rather than bullet by bullet;
+- the whole reference (its topic, areas and files say which part of the code it is about).
+An item's score blends the two. Explicit hints come first: a story's own `references` list,
+then `references.always`; their items are taken in file order. Then items are taken by score
+while they stay above a relevance cut-off (a share of the best score) and fit the budget and
+the per-reference cap. Same inputs, same selection: ties break on file order, and scores are
+rounded. bench/README.md has the measurements behind these choices.
 """
 
 from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Iterable, Sequence
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-import bm25s
+import numpy as np
 
 from orchestrator import tokens as tok
 
 # Items scoring below this share of the best item's score are not taken even when the budget
 # has room: they make a prompt bigger without making it better. Tuned on the corpus as a
 # single global constant (bench/README.md), not per history.
-DEFAULT_CUTOFF = 0.5
-# Weight of the whole reference's score in an item's score (the rest is the item's own).
-DEFAULT_BLEND = 0.5
+DEFAULT_CUTOFF = 0.45
+# Weight of the whole reference's score in an item's score (the rest is its group's).
+DEFAULT_BLEND = 0.4
+# BM25 parameters: bm25s's (and Lucene's) defaults.
+_K1, _B = 1.5, 0.75
 # Trimming an over-long item to fewer tokens than this keeps too little of it to be useful.
 _MIN_TRIM = 60
 
+_TAG = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+\[([^\]\n]{1,80})\]")
 _HEADING = re.compile(r"^\s{0,3}#{1,6}\s+\S")
 _BULLET = re.compile(r"^(\s*)(?:[-*+]|\d+[.)])\s+")
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9]*|[0-9]+")
@@ -96,22 +104,30 @@ def stem(word: str) -> str:
     return word
 
 
+@functools.lru_cache(maxsize=262144)
+def _word_terms(word: str) -> tuple[str, ...]:
+    out: list[str] = []
+    parts = _CAMEL.findall(word)
+    if len(parts) > 1:
+        whole = word.lower()
+        if whole not in _STOP:
+            out.append(whole)
+    for part in parts:
+        low = part.lower()
+        if len(low) >= 2 and low not in _STOP:
+            out.append(stem(low))
+    return tuple(out)
+
+
 @functools.lru_cache(maxsize=65536)
 def tokenize(text: str) -> tuple[str, ...]:
     """Words for ranking: identifiers split (camelCase, snake_case, paths), lower-cased,
     stemmed, stop words dropped. The whole identifier is kept too, so `useAuth` matches
-    both `useAuth` and `auth`. Cached: references change little between iterations."""
+    both `useAuth` and `auth`. Cached per text and per word: references change little
+    between iterations and their vocabulary is small."""
     out: list[str] = []
     for word in _WORD.findall(text):
-        parts = _CAMEL.findall(word)
-        if len(parts) > 1:
-            whole = word.lower()
-            if whole not in _STOP:
-                out.append(whole)
-        for part in parts:
-            low = part.lower()
-            if len(low) >= 2 and low not in _STOP:
-                out.append(stem(low))
+        out.extend(_word_terms(word))
     return tuple(out)
 
 
@@ -180,16 +196,61 @@ def hinted(sources: Sequence[Source], hints: Iterable[str]) -> list[int]:
 # ----------------------------------------------------------------------------- scoring
 
 
+@functools.lru_cache(maxsize=65536)
+def _profile(text: str) -> tuple[int, Counter[str]]:
+    """(number of terms, term counts) of a text, cached."""
+    terms = tokenize(text)
+    return len(terms), Counter(terms)
+
+
+class _Doc:
+    """A document built from several texts, kept as its length and the query terms' counts:
+    all BM25 needs, and cheap to assemble from cached per-text profiles."""
+
+    __slots__ = ("n", "tf")
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.tf: Counter[str] = Counter()
+
+    def add(self, text: str, query: frozenset[str]) -> None:
+        n, counts = _profile(text)
+        self.n += n
+        for t in counts.keys() & query:
+            self.tf[t] += counts[t]
+
+
 def bm25(query: Sequence[str], docs: Sequence[Sequence[str]]) -> list[float]:
-    """BM25 score of each document for the query (0.0 when nothing matches)."""
-    if not docs or not query or not any(docs):
+    """BM25 score of each token list for the query (0.0 when nothing matches)."""
+    q = frozenset(query)
+    built = []
+    for d in docs:
+        doc = _Doc()
+        doc.n = len(d)
+        doc.tf.update(t for t in d if t in q)
+        built.append(doc)
+    return _bm25(list(dict.fromkeys(query)), built)
+
+
+def _bm25(terms: list[str], docs: Sequence[_Doc]) -> list[float]:
+    """Lucene BM25 (k1 1.5, b 0.75), vectorised over documents with numpy.
+
+    The scores are exactly `bm25s`'s default (tests/test_select.py checks them against
+    bm25s itself). bm25s indexes every term of every document in Python, several hundred
+    ms for 1,000 references; only the query's terms can score, so this works from their
+    counts and each document's length alone and stays within a few ms."""
+    if not terms or not docs or not any(d.tf for d in docs):
         return [0.0] * len(docs)
-    retriever = bm25s.BM25()
-    retriever.index([list(d) or ["\x00"] for d in docs], show_progress=False)
-    q = [t for t in dict.fromkeys(query) if t in retriever.vocab_dict]
-    if not q:
-        return [0.0] * len(docs)
-    return [float(s) for s in retriever.get_scores(q)]
+    col = {t: j for j, t in enumerate(terms)}
+    tf = np.zeros((len(docs), len(terms)))
+    for i, d in enumerate(docs):
+        for t, c in d.tf.items():
+            tf[i, col[t]] = c
+    length = np.array([max(d.n, 1) for d in docs], dtype=float)
+    df = (tf > 0).sum(axis=0)
+    idf = np.log1p((len(docs) - df + 0.5) / (df + 0.5))
+    norm = _K1 * ((1 - _B) + _B * length / length.mean())
+    return [float(x) for x in (idf * tf / (norm[:, None] + tf)).sum(axis=1)]
 
 
 def _scaled(xs: list[float]) -> list[float]:
@@ -197,17 +258,59 @@ def _scaled(xs: list[float]) -> list[float]:
     return [x / top for x in xs] if top > 0 else [0.0] * len(xs)
 
 
+def group_key(chunk: Chunk) -> str:
+    """Which learnings belong together: items tagged with the same source (`- [US-003] ...`,
+    as `ralph migrate` writes them) came from one story, wherever their topic put them;
+    untagged items group by their section (one story's block, or one patterns heading)."""
+    m = _TAG.match(chunk.text)
+    return f"[{m.group(1).strip()}]" if m else f"#{chunk.ref}:{chunk.heading}"
+
+
+def _tag_ids(key: str) -> list[str]:
+    return [p for p in re.split(r"[\s,;/]+", key.strip("[]")) if p] if key.startswith("[") else []
+
+
 def score_items(query: str, sources: Sequence[Source], chunks: Sequence[Chunk],
-                blend: float = DEFAULT_BLEND) -> tuple[list[float], list[float]]:
-    """(item scores, reference scores), each scaled to [0, 1] and rounded so float noise
-    can never reorder equal candidates between runs."""
-    q = tokenize(query)
-    ref_docs = [tokenize(f"{s.topic}\n{s.text}") for s in sources]
-    item_docs = [tokenize(f"{sources[c.ref].topic}\n{c.heading}\n{c.text}") for c in chunks]
-    refs = _scaled(bm25(q, ref_docs))
-    items = _scaled(bm25(q, item_docs))
-    mixed = [(1 - blend) * items[i] + blend * refs[c.ref] if items[i] > 0 else 0.0
-             for i, c in enumerate(chunks)]
+                blend: float = DEFAULT_BLEND, stories: Mapping[str, str] | None = None,
+                ) -> tuple[list[float], list[float]]:
+    """(item scores, reference scores), scaled to [0, 1] and rounded so float noise can never
+    reorder equal candidates between runs.
+
+    An item scores as its group (the learnings of one story: their text, their topics and,
+    when `stories` maps the story ids in the tag to their prd.json text, what that story
+    was about) blended with its whole reference (`blend` is the reference's share). Relevance
+    in a Ralph log is per story: the learnings of a story that touched the same code matter
+    together, so they are ranked together rather than bullet by bullet.
+    """
+    terms = list(dict.fromkeys(tokenize(query)))
+    q = frozenset(terms)
+    keys = [group_key(c) for c in chunks]
+    # Documents are assembled from cached per-text profiles: nothing is tokenized twice.
+    ref_docs = [_Doc() for _ in sources]
+    for doc, src in zip(ref_docs, sources, strict=True):
+        doc.add(src.topic, q)
+    groups: dict[str, _Doc] = {}
+    seen: set[tuple[str, int, str]] = set()
+    for c, k in zip(chunks, keys, strict=True):
+        ref_docs[c.ref].add(c.text, q)
+        doc = groups.get(k)
+        if doc is None:
+            doc = groups[k] = _Doc()
+            for sid in _tag_ids(k):
+                doc.add((stories or {}).get(sid, ""), q)
+        doc.add(c.text, q)
+        if (k, c.ref, c.heading) not in seen:  # context once per group and section
+            seen.add((k, c.ref, c.heading))
+            doc.add(f"{sources[c.ref].topic}\n{c.heading}", q)
+            if c.heading and ("", c.ref, c.heading) not in seen:
+                seen.add(("", c.ref, c.heading))
+                ref_docs[c.ref].add(c.heading, q)
+    names = list(groups)
+    group_scores = dict(zip(names, _scaled(_bm25(terms, [groups[k] for k in names])),
+                            strict=True))
+    refs = _scaled(_bm25(terms, ref_docs))
+    mixed = [(1 - blend) * group_scores[k] + blend * refs[c.ref] if group_scores[k] > 0 else 0.0
+             for c, k in zip(chunks, keys, strict=True)]
     return [round(x, 6) for x in mixed], [round(x, 6) for x in refs]
 
 
@@ -224,6 +327,7 @@ def select(
     cutoff: float = DEFAULT_CUTOFF,
     blend: float = DEFAULT_BLEND,
     ref_cap: int | None = None,
+    stories: Mapping[str, str] | None = None,
     encoding: str = tok.DEFAULT_ENCODING,
 ) -> Selection:
     """Pick items for `query` within `budget` tokens (None: no budget, cut-off only).
@@ -233,7 +337,7 @@ def select(
     `_MIN_TRIM` tokens of it fit, else skipped.
     """
     chunks = chunks_of(sources)
-    scores, ref_scores = score_items(query, sources, chunks, blend)
+    scores, ref_scores = score_items(query, sources, chunks, blend, stories)
     story_refs = hinted(sources, story_hints)
     always_refs = [i for i in hinted(sources, always) if i not in story_refs]
     tier = {r: 0 for r in story_refs} | {r: 1 for r in always_refs}

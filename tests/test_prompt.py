@@ -140,7 +140,7 @@ def test_forced_modes(tmp_path: Path) -> None:
 def test_budget_trims_references_and_never_exceeds(tmp_path: Path) -> None:
     root = make_project(tmp_path)
     many = "".join(
-        f"- [US-00{i % 9}] session logout cookie rule {i}: {'keep the auth store in sync ' * 6}\n"
+        f"- session logout cookie rule {i}: {'keep the auth store in sync ' * 6}\n"
         for i in range(40)
     )
     (root / "ralph" / "references" / "auth-flow.md").write_text("# Auth flow\n\n" + many)

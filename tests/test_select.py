@@ -135,3 +135,46 @@ def test_render_shows_partial_references_and_headings() -> None:
     assert "### DB schema (`ralph/references/db-schema.md`, 1 of 3 items)" in text
     assert "#### Gotchas" in text and "#### Migrations" not in text
     assert sel.render(sel.Selection([]), SOURCES) == ""
+
+
+def test_learnings_of_one_story_rank_together_across_topics() -> None:
+    ui = sel.Source("UI", "ralph/references/ui.md",
+                    "- [US-010] Logout button sits in the header menu\n"
+                    "- [US-011] Colours come from theme tokens\n")
+    api = sel.Source("API", "ralph/references/api.md",
+                     "- [US-010] DELETE /api/session returns 204 and expires the cookie\n"
+                     "- [US-012] Rate limits live in src/limits.ts\n")
+    s = sel.select("Add a logout button", [ui, api], budget=None)
+    text = sel.render(s, [ui, api])
+    # The API bullet shares no word with the story, but its story (US-010) does.
+    assert "DELETE /api/session" in text
+    assert "theme tokens" not in text and "Rate limits" not in text
+
+
+def test_prd_story_text_links_a_tag_to_the_query() -> None:
+    ref = sel.Source("Misc", "ralph/references/misc.md",
+                     "- [US-020] Use the `qs` package for query strings\n"
+                     "- [US-021] Keep fixtures in tests/fixtures\n")
+    query = "Filter the invoice list by customer"
+    blind = sel.select(query, [ref], budget=None)
+    assert blind.chunks == []  # nothing in the bullets matches
+    told = sel.select(query, [ref], budget=None,
+                      stories={"US-020": "Search invoices by customer name"})
+    assert [c.text for c in told.chunks] == ["- [US-020] Use the `qs` package for query strings\n"]
+
+
+def test_bm25_scores_equal_bm25s() -> None:
+    import random
+
+    import bm25s
+
+    rng = random.Random(7)
+    vocab = [f"w{i}" for i in range(40)]
+    docs = [[rng.choice(vocab) for _ in range(rng.randint(0, 30))] for _ in range(60)]
+    query = ["w1", "w2", "w3", "w39", "absent"]
+    ref = bm25s.BM25()  # the library's own Lucene BM25 is the oracle
+    ref.index([d or [""] for d in docs], show_progress=False)
+    expected = ref.get_scores([t for t in query if t in ref.vocab_dict])
+    got = sel.bm25(query, docs)
+    assert len(got) == len(docs)
+    assert all(abs(a - float(b)) < 1e-5 for a, b in zip(got, expected, strict=True))
