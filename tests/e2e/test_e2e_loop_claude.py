@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import story_project as sp
 from e2e_support import (
     claude_env,
@@ -110,7 +111,13 @@ def test_three_stories_end_to_end(tmp_path, home, claude_bin):
     assert recs[-1]["completion"] == "complete"
     end = read_ledger(repo)[-1]
     assert end["event"] == "run_end" and end["exit_code"] == 0
-    assert end["totals"]["cost_usd"] == sum(r["cost_usd"] for r in recs)
+    assert end["totals"]["cost_usd"] == pytest.approx(sum(r["cost_usd"] for r in recs))
+
+    # `ralph status` reads the same truth back: stories, index, the run's reported cost.
+    code, status = run_pty(ralph_argv("status"), cwd=repo, env=env, timeout=60)
+    assert code == 0, status
+    assert "stories: 3/3 passed" in status and "index 3 rows" in status
+    assert f"${end['totals']['cost_usd']:.2f}" in status
     print("\nrequest bytes per iteration (first request of each session):",
           [(reqs[0].story_id, reqs[0].size) for reqs in sessions.values()])
 
