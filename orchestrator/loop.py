@@ -38,11 +38,9 @@ from orchestrator.errors import (
     Interrupted,
     Stuck,
 )
-from orchestrator.iteration import Attempt, Iteration, WorkState
+from orchestrator.iteration import SENTINEL, Attempt, Iteration
 
 log = structlog.get_logger()
-
-SENTINEL = "<promise>COMPLETE</promise>"
 
 
 @dataclass
@@ -335,5 +333,3 @@ class Loop:
                           style="dim")
         runlog.close()
 
-
-__all__ = ["RunOptions", "RunSummary", "run", "Loop", "SENTINEL", "WorkState"]
