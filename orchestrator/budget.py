@@ -46,6 +46,12 @@ class Budget:
         else:
             self.spent_cost += cost_usd
 
+    def spend(self, tokens_used: int | None, cost_usd: float | None) -> None:
+        """Count what a non-iteration attempt (limit hit, transient retry) spent: it adds to
+        the totals but not to the iteration count the next-iteration estimate divides by."""
+        self.spent_tokens += tokens_used or 0
+        self.spent_cost += cost_usd or 0.0
+
     def _mean(self, total: float, n: int) -> float:
         return total / n if n else 0.0
 

@@ -240,8 +240,7 @@ class Loop:
                 f"usage limit ({sig.raw[:120]!r}) resets in {secs / 60:.0f} min, beyond "
                 f"limits.max_wait ({self.cfg.limits.max_wait}s) for this iteration. Run "
                 "`ralph run` again after the reset, or raise limits.max_wait in ralph.yaml.")
-        self.budget.add(reported_tokens=attempt.reported_tokens(), estimated_tokens=0,
-                        cost_usd=attempt.cost_usd())
+        self.budget.spend(attempt.reported_tokens(), attempt.cost_usd())
         self.ledger.event("limit_wait", iteration=it.n, story_id=it.story.id,
                           kind=sig.kind, raw=sig.raw[:300],
                           reset_at=sig.reset_at.isoformat() if sig.reset_at else None,
@@ -252,8 +251,7 @@ class Loop:
 
     def _retry_transient(self, it: Iteration, attempt: Attempt, retry: int) -> None:
         delay = self.cfg.retries.backoff * (2 ** (retry - 1))
-        self.budget.add(reported_tokens=attempt.reported_tokens(), estimated_tokens=0,
-                        cost_usd=attempt.cost_usd())
+        self.budget.spend(attempt.reported_tokens(), attempt.cost_usd())
         self.ledger.event("transient_retry", iteration=it.n, story_id=it.story.id,
                           retry=retry, exit_code=attempt.exit_code, error=attempt.error,
                           delay_s=delay, usage=attempt.usage_dict(),
@@ -271,8 +269,8 @@ class Loop:
                 "false: ignored (false completion); continuing")
         for f in report.findings:
             if f.severity != "info":
-                self.display.warn(f"check ({f.kind}): {f.message}"
-                                  + (f" Fix: {f.fix}" if f.fix else ""))
+                self.display.warn(f"check ({f.kind}): {f.message.rstrip('.')}"
+                                  + (f". Fix: {f.fix}" if f.fix else ""))
         policy = self.cfg.checks
         self.notes = report.fix_notes() if policy == "retry" and not report.ok else []
         if policy == "fail" and not report.ok:

@@ -47,3 +47,12 @@ def test_without_reported_usage_estimates_are_used_and_said() -> None:
     assert "estimate" in warnings and "cannot be enforced" in warnings
     with pytest.raises(BudgetExhausted, match="without agent-reported usage"):
         b.check_next()
+
+
+def test_retries_add_spend_but_not_iterations() -> None:
+    b = Budget(run_tokens=1000)
+    b.add(reported_tokens=300, estimated_tokens=0, cost_usd=None)
+    b.spend(250, None)                               # a transient retry
+    assert (b.spent_tokens, b.iterations) == (550, 1)
+    with pytest.raises(BudgetExhausted):             # 550 + 550 (mean of 1 iteration) > 1000
+        b.check_next()
