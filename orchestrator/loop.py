@@ -136,8 +136,12 @@ class Loop:
             self.ledger.close()
             runlog.close()
             raise
-        self.ledger.event("run_start", agent=self.agent.name, mode=self.mode,
-                          max_iterations=self.max_iterations, root=str(self.project.root))
+        cfg = self.cfg
+        self.ledger.event("run_start", agent=self.agent.name, model=self.agent.model,
+                          mode=self.mode, max_iterations=self.max_iterations,
+                          root=str(self.project.root), checks=cfg.checks,
+                          budget=cfg.budget.model_dump(), timeouts=cfg.timeouts.model_dump(),
+                          stuck_after=cfg.stuck_after)
         status, exit_code, message = "error", 2, ""
         try:
             status, exit_code, message = self._loop()
