@@ -35,3 +35,41 @@ def corpus() -> Path:
     if root is None:
         pytest.skip(NO_CORPUS)
     return root
+
+
+# ---- tests/e2e: the real agent CLIs (helpers in tests/e2e/e2e_support.py). They live here,
+# not in tests/e2e/conftest.py, because a second conftest module would replace this one as
+# `conftest` in sys.modules and break `from conftest import ...` in the tests above.
+def _e2e_support():
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "e2e"))
+    import e2e_support
+
+    return e2e_support
+
+
+@pytest.fixture(scope="session")
+def claude_bin() -> str:
+    """The real Claude Code CLI (pinned in .ci/npm, else PATH); see tests/e2e/README.md."""
+    support = _e2e_support()
+    path = support.find_cli("claude")
+    print(f"\nclaude CLI: {path} ({support.cli_version(path)})")
+    return path
+
+
+@pytest.fixture(scope="session")
+def codex_bin() -> str:
+    """The real Codex CLI (pinned in .ci/npm, else PATH); see tests/e2e/README.md."""
+    support = _e2e_support()
+    path = support.find_cli("codex")
+    print(f"\ncodex CLI: {path} ({support.cli_version(path)})")
+    return path
+
+
+@pytest.fixture
+def cli_home(tmp_path: Path) -> Path:
+    """A private HOME for an agent CLI: its config and session files go here, not in ~."""
+    path = tmp_path / "home"
+    path.mkdir()
+    return path

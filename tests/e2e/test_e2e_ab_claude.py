@@ -21,14 +21,14 @@ def _arm(req) -> str:
     return "full" if "/work/full" in cwd else "indexed" if "/work/indexed" in cwd else "?"
 
 
-def test_ab_full_arm_grows_indexed_arm_stays_flat(tmp_path, home, claude_bin):
+def test_ab_full_arm_grows_indexed_arm_stays_flat(tmp_path, cli_home, claude_bin):
     history = "".join("\n" + sp.entry(s) for s in OLD)
     repo = sp.make_project(tmp_path / "calc", "claude", history=history)
     out_dir = tmp_path / "ab"
     with FakeAnthropic(sp.claude_script(repo), resolve_story=sp.claude_resolver) as api:
         code, out = run_pty(ralph_argv("ab", "--tool", "claude", "--parallel",
                                        "--out", str(out_dir), "5"),
-                            cwd=repo, env=claude_env(home, api.base_url, claude_bin),
+                            cwd=repo, env=claude_env(cli_home, api.base_url, claude_bin),
                             timeout=280)
     assert code == 0, out[-3000:]
 

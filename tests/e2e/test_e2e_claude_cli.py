@@ -52,13 +52,13 @@ def _repo(tmp_path: Path) -> Path:
                                          "progress.txt": HEADER})
 
 
-def test_claude_runs_a_story_against_the_scripted_api(tmp_path, home, claude_bin):
+def test_claude_runs_a_story_against_the_scripted_api(tmp_path, cli_home, claude_bin):
     repo = _repo(tmp_path)
     prompt = tmp_path / "prompt.md"
     prompt.write_text("Implement story US-001 from prd.json.\n")
     with FakeAnthropic({"US-001": _story_script(repo)}) as api:
         code, out = run_pty([claude_bin, *CLAUDE_ARGS], cwd=repo, stdin_path=prompt,
-                            env=claude_env(home, api.base_url, claude_bin))
+                            env=claude_env(cli_home, api.base_url, claude_bin))
     lines = json_lines(out)
     result = lines[-1]
     assert code == 0, out[-2000:]
@@ -91,13 +91,13 @@ def test_claude_runs_a_story_against_the_scripted_api(tmp_path, home, claude_bin
     assert abs(result["total_cost_usd"] - (sent_in * PRICE_IN + sent_out * PRICE_OUT)) < 1e-6
 
 
-def test_claude_reports_an_api_429_on_its_result_line(tmp_path, home, claude_bin):
+def test_claude_reports_an_api_429_on_its_result_line(tmp_path, cli_home, claude_bin):
     repo = _repo(tmp_path)
     prompt = tmp_path / "prompt.md"
     prompt.write_text("Implement story US-001.\n")
     with FakeAnthropic({"US-001": [Fail(retry_after=30)]}) as api:
         code, out = run_pty([claude_bin, *CLAUDE_ARGS], cwd=repo, stdin_path=prompt,
-                            env=claude_env(home, api.base_url, claude_bin))
+                            env=claude_env(cli_home, api.base_url, claude_bin))
     result = json_lines(out)[-1]
     assert code == 1
     assert result["is_error"] is True and result["api_error_status"] == 429
@@ -105,14 +105,14 @@ def test_claude_reports_an_api_429_on_its_result_line(tmp_path, home, claude_bin
     assert [r.status for r in api.main_requests()] == [429]  # x-should-retry: false honoured
 
 
-def test_claude_retries_a_retryable_429_by_itself(tmp_path, home, claude_bin):
+def test_claude_retries_a_retryable_429_by_itself(tmp_path, cli_home, claude_bin):
     repo = _repo(tmp_path)
     prompt = tmp_path / "prompt.md"
     prompt.write_text("Say hello for US-001.\n")
     turn = FailFirst(1, Text("hello"), Fail(retry_after=1, should_retry=True))
     with FakeAnthropic({"US-001": [turn]}) as api:
         code, out = run_pty([claude_bin, *CLAUDE_ARGS], cwd=repo, stdin_path=prompt,
-                            env=claude_env(home, api.base_url, claude_bin))
+                            env=claude_env(cli_home, api.base_url, claude_bin))
     result = json_lines(out)[-1]
     assert code == 0 and result["is_error"] is False and result["result"] == "hello"
     reqs = api.main_requests()

@@ -47,13 +47,13 @@ def _repo(tmp_path: Path) -> Path:
                                          "progress.txt": HEADER})
 
 
-def test_codex_runs_a_story_against_the_scripted_api(tmp_path, home, codex_bin):
+def test_codex_runs_a_story_against_the_scripted_api(tmp_path, cli_home, codex_bin):
     repo = _repo(tmp_path)
     prompt = tmp_path / "prompt.md"
     prompt.write_text("Implement story US-001 from prd.json.\n")
     with FakeOpenAI({"US-001": _story_script()}, cached_ratio=0.5) as api:
         code, out = run_pty([codex_bin, *CODEX_ARGS, *api.provider_args(), "-"], cwd=repo,
-                            stdin_path=prompt, env=codex_env(home, codex_bin))
+                            stdin_path=prompt, env=codex_env(cli_home, codex_bin))
     events = json_lines(out)
     assert code == 0, out[-2000:]
     assert [e["type"] for e in events][:2] == ["thread.started", "turn.started"]
@@ -83,13 +83,13 @@ def test_codex_runs_a_story_against_the_scripted_api(tmp_path, home, codex_bin):
     assert usage["output_tokens"] == sum(r.usage["output_tokens"] for r in reqs)
 
 
-def test_codex_reports_a_usage_limit(tmp_path, home, codex_bin):
+def test_codex_reports_a_usage_limit(tmp_path, cli_home, codex_bin):
     repo = _repo(tmp_path)
     prompt = tmp_path / "prompt.md"
     prompt.write_text("Implement story US-001.\n")
     with FakeOpenAI({"US-001": [Fail(resets_in=3600)]}) as api:
         code, out = run_pty([codex_bin, *CODEX_ARGS, *api.provider_args(), "-"], cwd=repo,
-                            stdin_path=prompt, env=codex_env(home, codex_bin))
+                            stdin_path=prompt, env=codex_env(cli_home, codex_bin))
     events = json_lines(out)
     assert code == 1
     failed = events[-1]

@@ -25,8 +25,8 @@ PRICE_IN, PRICE_OUT = 5e-6, 25e-6  # what the CLI charges for the Opus usage we 
 SECRET = "sk-ant-api03-" + "Zx9Qw2Er7Ty4Ui1Op0As8Df5Gh3Jk6Lz" * 2 + "-AbCdEf12"
 
 
-def _run(repo: Path, home: Path, api: FakeAnthropic, claude_bin: str, *args: str):
-    env = claude_env(home, api.base_url, claude_bin)
+def _run(repo: Path, cli_home: Path, api: FakeAnthropic, claude_bin: str, *args: str):
+    env = claude_env(cli_home, api.base_url, claude_bin)
     return run_pty(ralph_argv("run", *args), cwd=repo, env=env, timeout=240)
 
 
@@ -48,11 +48,11 @@ def _leak_key(story: sp.Story, turns: list) -> list:
                                        "description": "env"}), *turns[1:]]
 
 
-def test_three_stories_end_to_end(tmp_path, home, claude_bin):
+def test_three_stories_end_to_end(tmp_path, cli_home, claude_bin):
     repo = sp.make_project(tmp_path / "calc", "amp")  # --tool beats ralph.yaml's tool
     script = sp.claude_script(repo, edit=_leak_key)
     with FakeAnthropic(script, resolve_story=sp.claude_resolver, cache_read_ratio=0.25) as api:
-        env = dict(claude_env(home, api.base_url, claude_bin), ANTHROPIC_API_KEY=SECRET)
+        env = dict(claude_env(cli_home, api.base_url, claude_bin), ANTHROPIC_API_KEY=SECRET)
         code, out = run_pty(ralph_argv("run", "--tool", "claude", "5"), cwd=repo, env=env,
                             timeout=240)
     assert code == 0, out[-3000:]
@@ -122,14 +122,14 @@ def test_three_stories_end_to_end(tmp_path, home, claude_bin):
           [(reqs[0].story_id, reqs[0].size) for reqs in sessions.values()])
 
 
-def test_a_429_makes_the_loop_wait_and_retry_the_story(tmp_path, home, claude_bin):
+def test_a_429_makes_the_loop_wait_and_retry_the_story(tmp_path, cli_home, claude_bin):
     stories = sp.STORIES[:1]
     repo = sp.make_project(tmp_path / "calc", "claude", stories=stories)
     turns = sp.claude_scripts(repo, stories)
     # The first request is rejected; the CLI gives up at once (x-should-retry: false).
     turns["US-001"][0] = FailFirst(1, turns["US-001"][0], Fail(retry_after=1))
     with FakeAnthropic(turns, resolve_story=sp.claude_resolver) as api:
-        code, out = _run(repo, home, api, claude_bin, "5")
+        code, out = _run(repo, cli_home, api, claude_bin, "5")
     assert code == 0, out[-3000:]
     ledger = read_ledger(repo)
     waits = [r for r in ledger if r["event"] == "limit_wait"]
@@ -146,13 +146,13 @@ def test_a_429_makes_the_loop_wait_and_retry_the_story(tmp_path, home, claude_bi
     assert _prd_passes(repo) == [True]
 
 
-def test_a_hung_api_hits_the_idle_timeout(tmp_path, home, claude_bin):
+def test_a_hung_api_hits_the_idle_timeout(tmp_path, cli_home, claude_bin):
     stories = sp.STORIES[:1]
     repo = sp.make_project(tmp_path / "calc", "claude", stories=stories, timeouts={"idle": 8})
     turns = sp.claude_scripts(repo, stories)
     turns["US-001"][0] = FailFirst(1, turns["US-001"][0], Hang(120))
     with FakeAnthropic(turns, resolve_story=sp.claude_resolver) as api:
-        code, out = _run(repo, home, api, claude_bin, "3")
+        code, out = _run(repo, cli_home, api, claude_bin, "3")
         # The hung CLI and its whole process group are gone, not left running.
         assert processes_in(repo) == []
     assert code == 0, out[-3000:]
@@ -164,7 +164,7 @@ def test_a_hung_api_hits_the_idle_timeout(tmp_path, home, claude_bin):
     assert _prd_passes(repo) == [True]
 
 
-def test_false_completion_and_truncated_history(tmp_path, home, claude_bin):
+def test_false_completion_and_truncated_history(tmp_path, cli_home, claude_bin):
     """US-001 claims completion while US-002 remains; US-002 rewrites progress.txt with
     only its own entry and does not claim completion. The loop goes on, the checks put the
     history back, and the run ends with exit 0 because prd.json says every story passes."""
@@ -177,7 +177,7 @@ def test_false_completion_and_truncated_history(tmp_path, home, claude_bin):
     # The last story ends without the sentinel: prd.json alone says the work is done.
     turns["US-002"][-1] = Text("US-002 done.")
     with FakeAnthropic(turns, resolve_story=sp.claude_resolver) as api:
-        code, out = _run(repo, home, api, claude_bin, "5")
+        code, out = _run(repo, cli_home, api, claude_bin, "5")
     assert code == 0, out[-3000:]
     assert "false completion" in out
     recs = iterations(read_ledger(repo))
@@ -203,12 +203,12 @@ def test_false_completion_and_truncated_history(tmp_path, home, claude_bin):
     assert backups and (repo / backups[0]).read_text() == sp.HEADER + "\n" + sp.entry(s2)
 
 
-def test_a_sentinel_with_no_work_ends_on_max_iterations(tmp_path, home, claude_bin):
+def test_a_sentinel_with_no_work_ends_on_max_iterations(tmp_path, cli_home, claude_bin):
     stories = sp.STORIES[:1]
     repo = sp.make_project(tmp_path / "calc", "claude", stories=stories, stuck_after=5)
     lie = {"US-001": [Text("<promise>COMPLETE</promise>")]}
     with FakeAnthropic(lie, resolve_story=sp.claude_resolver) as api:
-        code, out = _run(repo, home, api, claude_bin, "2")
+        code, out = _run(repo, cli_home, api, claude_bin, "2")
     assert code == 1, out[-3000:]
     assert "max iterations" in out
     recs = iterations(read_ledger(repo))

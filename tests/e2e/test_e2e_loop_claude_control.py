@@ -27,7 +27,7 @@ def _prd_passes(repo: Path) -> list[bool]:
     return [s["passes"] for s in prd["userStories"]]
 
 
-def test_a_server_error_is_retried_with_backoff(tmp_path, home, claude_bin):
+def test_a_server_error_is_retried_with_backoff(tmp_path, cli_home, claude_bin):
     stories = sp.STORIES[:1]
     repo = sp.make_project(tmp_path / "calc", "claude", stories=stories,
                            retries={"transient": 2, "backoff": 1})
@@ -37,7 +37,7 @@ def test_a_server_error_is_retried_with_backoff(tmp_path, home, claude_bin):
     turns["US-001"][0] = FailFirst(1, turns["US-001"][0], error)
     with FakeAnthropic(turns, resolve_story=sp.claude_resolver) as api:
         code, out = run_pty(ralph_argv("run", "3"), cwd=repo, timeout=240,
-                            env=claude_env(home, api.base_url, claude_bin))
+                            env=claude_env(cli_home, api.base_url, claude_bin))
     assert code == 0, out[-3000:]
     ledger = read_ledger(repo)
     [retry] = [r for r in ledger if r["event"] == "transient_retry"]
@@ -48,11 +48,11 @@ def test_a_server_error_is_retried_with_backoff(tmp_path, home, claude_bin):
     assert _prd_passes(repo) == [True]
 
 
-def test_the_cost_budget_stops_the_run(tmp_path, home, claude_bin):
+def test_the_cost_budget_stops_the_run(tmp_path, cli_home, claude_bin):
     repo = sp.make_project(tmp_path / "calc", "claude")
     with FakeAnthropic(sp.claude_script(repo), resolve_story=sp.claude_resolver) as api:
         code, out = run_pty(ralph_argv("run", "--budget-usd", "0.01", "5"), cwd=repo,
-                            timeout=240, env=claude_env(home, api.base_url, claude_bin))
+                            timeout=240, env=claude_env(cli_home, api.base_url, claude_bin))
     assert code == 3, out[-3000:]  # budget exhausted
     ledger = read_ledger(repo)
     recs = iterations(ledger)
@@ -64,7 +64,7 @@ def test_the_cost_budget_stops_the_run(tmp_path, home, claude_bin):
     assert _prd_passes(repo) == [True, False, False]
 
 
-def test_ctrl_c_stops_the_agent_and_records_the_iteration(tmp_path, home, claude_bin):
+def test_ctrl_c_stops_the_agent_and_records_the_iteration(tmp_path, cli_home, claude_bin):
     stories = sp.STORIES[:1]
     repo = sp.make_project(tmp_path / "calc", "claude", stories=stories)
     turns = sp.claude_scripts(repo, stories)
@@ -72,7 +72,7 @@ def test_ctrl_c_stops_the_agent_and_records_the_iteration(tmp_path, home, claude
     with FakeAnthropic(turns, resolve_story=sp.claude_resolver) as api:
         argv = ralph_argv("run", "3")
         child = pexpect.spawn(argv[0], argv[1:], cwd=str(repo), timeout=120,
-                              env=claude_env(home, api.base_url, claude_bin),
+                              env=claude_env(cli_home, api.base_url, claude_bin),
                               encoding="utf-8", codec_errors="replace")
         deadline = time.monotonic() + 90
         while not [r for r in api.main_requests() if r.played == "hang"]:

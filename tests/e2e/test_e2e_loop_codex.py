@@ -27,8 +27,8 @@ def _project(tmp_path: Path, api: FakeOpenAI, stories: list[sp.Story], **extra) 
                            agents={"codex": {"args": api.provider_args()}}, **extra)
 
 
-def _run(repo: Path, home: Path, codex_bin: str, *args: str) -> tuple[int, str]:
-    return run_pty(ralph_argv("run", *args), cwd=repo, env=codex_env(home, codex_bin),
+def _run(repo: Path, cli_home: Path, codex_bin: str, *args: str) -> tuple[int, str]:
+    return run_pty(ralph_argv("run", *args), cwd=repo, env=codex_env(cli_home, codex_bin),
                    timeout=240)
 
 
@@ -37,12 +37,12 @@ def _prd_passes(repo: Path) -> list[bool]:
     return [s["passes"] for s in prd["userStories"]]
 
 
-def test_codex_stories_end_to_end(tmp_path, home, codex_bin):
+def test_codex_stories_end_to_end(tmp_path, cli_home, codex_bin):
     stories = sp.STORIES[:2]
     with FakeOpenAI(sp.codex_script(stories), resolve_story=sp.codex_resolver,
                     cached_ratio=0.5) as api:
         repo = _project(tmp_path, api, stories)
-        code, out = _run(repo, home, codex_bin, "--tool", "codex", "4")
+        code, out = _run(repo, cli_home, codex_bin, "--tool", "codex", "4")
     assert code == 0, out[-3000:]
     assert commit_subjects(repo) == ["feat: US-002 - Add subtraction",
                                      "feat: US-001 - Add addition", "initial"]
@@ -73,7 +73,7 @@ def test_codex_stories_end_to_end(tmp_path, home, codex_bin):
     assert recs[-1]["completion"] == "complete"
 
 
-def test_codex_usage_limit_waits_and_retries(tmp_path, home, codex_bin):
+def test_codex_usage_limit_waits_and_retries(tmp_path, cli_home, codex_bin):
     stories = sp.STORIES[:1]
 
     def limit_first(turns: list) -> list:
@@ -83,7 +83,7 @@ def test_codex_usage_limit_waits_and_retries(tmp_path, home, codex_bin):
     script = sp.codex_script(stories, edit=limit_first)
     with FakeOpenAI(script, resolve_story=sp.codex_resolver) as api:
         repo = _project(tmp_path, api, stories)
-        code, out = _run(repo, home, codex_bin, "3")
+        code, out = _run(repo, cli_home, codex_bin, "3")
     assert code == 0, out[-3000:]
     ledger = read_ledger(repo)
     waits = [r for r in ledger if r["event"] == "limit_wait"]
@@ -96,19 +96,19 @@ def test_codex_usage_limit_waits_and_retries(tmp_path, home, codex_bin):
     assert _prd_passes(repo) == [True]
 
 
-def test_codex_usage_limit_beyond_max_wait_stops_the_run(tmp_path, home, codex_bin):
+def test_codex_usage_limit_beyond_max_wait_stops_the_run(tmp_path, cli_home, codex_bin):
     stories = sp.STORIES[:1]
     with FakeOpenAI({"US-001": [Fail(resets_in=7200)]},
                     resolve_story=sp.codex_resolver) as api:
         repo = _project(tmp_path, api, stories)
-        code, out = _run(repo, home, codex_bin, "3")
+        code, out = _run(repo, cli_home, codex_bin, "3")
     assert code == 3, out[-3000:]  # budget/limit exit code
     assert "limits.max_wait" in out
     assert len(api.main_requests()) == 1
     assert _prd_passes(repo) == [False] and commit_subjects(repo) == ["initial"]
 
 
-def test_codex_hung_api_hits_the_idle_timeout(tmp_path, home, codex_bin):
+def test_codex_hung_api_hits_the_idle_timeout(tmp_path, cli_home, codex_bin):
     stories = sp.STORIES[:1]
 
     def hang_first(turns: list) -> list:
@@ -117,7 +117,7 @@ def test_codex_hung_api_hits_the_idle_timeout(tmp_path, home, codex_bin):
     with FakeOpenAI(sp.codex_script(stories, edit=hang_first),
                     resolve_story=sp.codex_resolver) as api:
         repo = _project(tmp_path, api, stories, timeouts={"idle": 8})
-        code, out = _run(repo, home, codex_bin, "3")
+        code, out = _run(repo, cli_home, codex_bin, "3")
         # codex is a node launcher plus a native binary: the whole group must be gone.
         assert processes_in(repo) == []
     assert code == 0, out[-3000:]
