@@ -130,6 +130,14 @@ def write_report(result: dict, out: Path) -> None:
         lines.append(f"| assembly ms, {sc['references']} references ({sc['sections']} sections),"
                      f" median of 5 / first | {_fmt(sc['median_ms'], 1)} / "
                      f"{_fmt(sc['first_ms'], 1)} | < 100 |")
+    lines += ["", "## Assembly time as the log grows", "",
+              "| log tokens before the story | stories | median ms | p90 ms |", "|---|---|---|---|"]
+    for lo, hi in ((0, 2000), (2000, 5000), (5000, 10000), (10000, 20000), (20000, 10**9)):
+        ms = sorted(r["assemble_ms"] for r in result["rows"] if lo <= r["log_tokens"] < hi)
+        if ms:
+            label = f"{lo}-{hi}" if hi < 10**9 else f">= {lo}"
+            lines.append(f"| {label} | {len(ms)} | {statistics.median(ms):.1f} | "
+                         f"{ms[int(0.9 * (len(ms) - 1))]:.1f} |")
     lines += [
         "",
         f"All {s['stories']} stories: median memory ratio {_fmt(s['median_memory_ratio_all'], 3)},"

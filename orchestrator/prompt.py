@@ -202,9 +202,17 @@ def build_full(inp: Inputs) -> Assembled:
 
 
 def counterfactual_tokens(inp: Inputs) -> int:
-    """What Ralph would have loaded for this story: the full-mode prompt plus, when the
-    agent reads progress.txt itself, the whole log."""
-    return build_full(inp).full_history_tokens
+    """What Ralph would have loaded for this story: the full-mode prompt (plus the whole log
+    when the agent reads progress.txt itself) and every reference, because without an index
+    those learnings would sit in progress.txt."""
+    refs = sum(_ref_tokens(r, inp.encoding) for r in inp.references
+               if getattr(r, "exists", True))
+    return build_full(inp).full_history_tokens + refs
+
+
+def _ref_tokens(ref: Any, encoding: str) -> int:
+    n = getattr(ref, "tokens", None)
+    return n if isinstance(n, int) else tok.count(ref.text, encoding)
 
 
 def _index_block(inp: Inputs) -> str:

@@ -80,6 +80,9 @@ def test_indexed_prompt_has_index_selected_references_and_not_the_log(tmp_path: 
     assert out.tokens == tokens.count(out.text)
     assert set(out.parts) == {"template", "story", "index", "references", "notes"}
     assert abs(sum(out.parts.values()) - out.tokens) <= 5
+    # Counterfactual: Ralph's full prompt plus every reference (they would be in the log).
+    full = assemble(tmp_path, mode="full")
+    assert out.full_history_tokens == full.tokens + tokens.count(AUTH) + tokens.count(RELEASE)
 
 
 def test_story_hint_selects_a_reference_without_a_word_in_common(tmp_path: Path) -> None:
