@@ -75,18 +75,22 @@ def _parser() -> argparse.ArgumentParser:
         "stdin, does one story from the project's sim script, prints Claude-style "
         "stream-json. Faults: " + ", ".join(sorted(FAULTS)),
     )
-    p.add_argument("--fault", action="append", default=None)
-    p.add_argument("--fault-story", default=None)
-    p.add_argument("--fault-times", type=int, default=None)
-    p.add_argument("--state", default=None)
-    p.add_argument("--delay", type=float, default=None)
-    p.add_argument("--script", default=None)
-    p.add_argument("--ralph-dir", default=None)
-    p.add_argument("--model", default=None)
-    p.add_argument("--encoding", default=None)
-    p.add_argument("--exit-code", type=int, default=None)
-    p.add_argument("--limit-reset", type=float, default=None)
-    p.add_argument("--limit-text", default=None)
+    p.add_argument("--fault", action="append", default=None,
+                   help="misbehave on purpose (repeatable or comma list; see FAULTS)")
+    p.add_argument("--fault-story", default=None, help="only for these story ids (comma list)")
+    p.add_argument("--fault-times", type=int, default=None,
+                   help="only the first N matching runs (counted in the state file)")
+    p.add_argument("--state", default=None,
+                   help="state file (default <git dir>/ralph-sim-state.json)")
+    p.add_argument("--delay", type=float, default=None, help="seconds to pause after each step")
+    p.add_argument("--script", default=None, help="sim script (default <Ralph folder>/sim.yaml)")
+    p.add_argument("--ralph-dir", default=None, help="folder holding prd.json and progress.txt")
+    p.add_argument("--model", default=None, help="model name to report (default claude-sim)")
+    p.add_argument("--encoding", default=None, help="tiktoken encoding (default o200k_base)")
+    p.add_argument("--exit-code", type=int, default=None, help="exit code of crash faults (2)")
+    p.add_argument("--limit-reset", type=float, default=None,
+                   help="limit-event resets this many seconds from now (2)")
+    p.add_argument("--limit-text", default=None, help="message of the limit-text fault")
     p.add_argument("--prompt-file", default=None, help="read the prompt here, not stdin")
     # Accepted for command-line compatibility with `claude -p ... --verbose`; no effect.
     p.add_argument("-p", "--print", action="store_true")
