@@ -89,7 +89,8 @@ class SimScript(_Model):
 def load_script(path: Path) -> SimScript:
     """Parse and validate a sim script; InputError names the file, the field and the fix."""
     try:
-        raw = yaml.safe_load(read_text(path))
+        # libyaml when present: the example's script is large and the agent starts per story.
+        raw = yaml.load(read_text(path), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.YAMLError as exc:
         raise InputError(f"{path}: not valid YAML ({exc}); fix the syntax") from exc
     if raw is None:
