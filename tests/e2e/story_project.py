@@ -143,6 +143,8 @@ def final_text(story: Story, stories: list[Story]) -> str:
 # ---- Claude Code ------------------------------------------------------------------------
 def claude_turns(repo: Path, story: Story, *, stories: list[Story] = STORIES,
                  truncate_progress: bool = False) -> list:
+    """The model's turns for one story, as Claude Code tool calls on files under `repo`.
+    Callables are evaluated when the request comes, so edits match the files as they are."""
     prd = repo / RALPH_DIR / "prd.json"
     progress = repo / RALPH_DIR / "progress.txt"
     calc = repo / "calc.py"
@@ -229,6 +231,7 @@ def claude_resolver(req: fa.Request) -> str | None:
 
 # ---- Codex ------------------------------------------------------------------------------
 def codex_turns(repo: Path, story: Story, *, stories: list[Story] = STORIES) -> list:
+    """The same plan as `claude_turns`, as Codex `exec` calls (shell commands, apply_patch)."""
     prd_rel = f"{RALPH_DIR}/prd.json"
     first = story.id == STORIES[0].id
     func_lines = [f"def {story.func}(a, b):", f"    {story.body}"]
