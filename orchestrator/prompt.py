@@ -42,6 +42,9 @@ TEMPLATE_FIELDS = (
     "story", "story_id", "story_title", "notes", "index", "references", "progress",
     "progress_path", "prd_path", "references_dir", "branch",
 )
+# References may fill at most this share of budget.prompt_tokens: with the relevance cut-off,
+# a second bound that keeps the prompt small when many items match (bench/README.md).
+REFERENCES_SHARE = 0.25
 _PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_]+)\s*\}\}")
 
 
@@ -241,7 +244,8 @@ def build_indexed(inp: Inputs, *, with_counterfactual: bool = True) -> Assembled
     missing = [r for r in inp.references if not getattr(r, "exists", True)]
     sources = present  # memory.Reference has the topic, path and text the selector reads
     query = _query(inp.story)
-    room = None if inp.budget is None else inp.budget - base_n
+    room = None if inp.budget is None else min(inp.budget - base_n,
+                                               int(REFERENCES_SHARE * inp.budget))
     while True:
         selection = sel.select(
             query, sources, budget=room, story_hints=getattr(inp.story, "references", None) or (),

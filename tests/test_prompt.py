@@ -155,6 +155,9 @@ def test_budget_trims_references_and_never_exceeds(tmp_path: Path) -> None:
     assert tight.tokens <= tight_budget
     assert 0 < tight.parts["references"] < loose.parts["references"]
     assert any("over budget" in r["reason"] for r in tight.considered)
+    # References never take more than a quarter of the budget, even with room left.
+    share = assemble(root, budget=4000)
+    assert share.tokens < 4000 - 1000 and share.parts["references"] <= 1000 + 40
     # references.max_tokens caps one reference even when the budget has room.
     (root / "ralph.yaml").write_text("references:\n  max_tokens: 400\n")
     capped = assemble(root, budget=100_000)
