@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -94,12 +95,13 @@ def log_source(project: Any) -> tuple[Path | None, str | None]:
     """The narrative log to replay, and a note when it is not progress.txt itself.
 
     A migrated progress.txt holds one line per past story, not the entries: its original is
-    in the archive, which is what Ralph would have kept loading.
+    in the archive, which is what Ralph would have kept loading. An index without rows (a
+    project set up by `ralph init` and run in full mode) still has every learning in the log.
     """
     path = Path(project.progress_path)
     if not path.is_file():
         return None, f"{project.rel(path)} does not exist: no history to replay"
-    if not migrate.is_indexed(fsutil.read_text(path)):
+    if not Progress.parse(fsutil.read_text(path)).index_rows:
         return path, None
     archived = sorted(Path(project.archive_dir).glob(ARCHIVE_GLOB))
     if archived:
@@ -149,12 +151,16 @@ def story_for(entry: Entry, prd: Prd | None, k: int) -> Story:
     return Story(id=sid, title=title or sid)
 
 
-def _load_prd(path: Path) -> Prd | None:
+def _load_prd(path: Path) -> tuple[Prd | None, str | None]:
+    """prd.json, or None and why (stories then come from the log's headings)."""
+    if not path.is_file():
+        return None, None
     try:
-        return Prd.load(path)
-    except (OSError, InputError) as exc:  # stories then come from the log's headings
-        log.info("savings.no_prd", path=str(path), reason=str(exc).splitlines()[0])
-        return None
+        return Prd.load(path), None
+    except (OSError, InputError) as exc:
+        reason = str(exc).splitlines()[0]
+        log.info("savings.no_prd", path=str(path), reason=reason)
+        return None, f"prd.json not used, stories named from the log's headings: {reason}"
 
 
 # ------------------------------------------------------------------------- prompts
@@ -162,6 +168,10 @@ def _load_prd(path: Path) -> Prd | None:
 
 def _memory_at(log_text: str, prd: Prd | None, rel_dir: str, cap: int | None,
                enc: str) -> tuple[Progress, list[Reference]]:
+    before_index = Progress.parse(log_text)
+    if before_index.index_text and not before_index.index_rows:
+        # `ralph init`'s empty index: migrate leaves any indexed log alone, so cut it out.
+        log_text = log_text.replace(before_index.index_text, "", 1)
     new_text, ref_texts = migrate.build_memory(
         log_text, prd, rel_dir=rel_dir, max_tokens=cap or migrate.DEFAULT_MAX_TOKENS)
     progress = Progress.parse(new_text)
@@ -223,11 +233,15 @@ def current_state(project: Any, prd: Prd | None) -> dict[str, Any] | None:
             "saved_pct": round(pct(a.full_history_tokens, a.tokens), 1)}
 
 
-def measure(project: Any, *, last: int | None = None) -> Savings:
-    """Replay the project's history (the last `last` stories only, if given)."""
-    prd = _load_prd(Path(project.prd_path)) if Path(project.prd_path).is_file() else None
+def measure(project: Any, *, last: int | None = None,
+            on_row: Callable[[int, int], None] | None = None) -> Savings:
+    """Replay the project's history (the last `last` stories only, if given).
+
+    Each row rebuilds the memory from scratch (as migrating at that point would), so a long
+    history costs O(n^2); `on_row(done, total)` lets a caller show progress."""
+    prd, prd_note = _load_prd(Path(project.prd_path))
     source, note = log_source(project)
-    notes = [note] if note else []
+    notes = [n for n in (note, prd_note) if n]
     pairs = chronological(fsutil.read_text(source)) if source else []
     rows: list[Row] = []
     if len(pairs) >= 2:
@@ -237,6 +251,8 @@ def measure(project: Any, *, last: int | None = None) -> Savings:
         for k in range(first, len(pairs) + 1):
             log_text = before(text, [span for _, span in pairs[k - 1:]])
             rows.append(replay_row(base, k, pairs[k - 1][0], log_text, prd))
+            if on_row:
+                on_row(len(rows), len(pairs) - first + 1)
     elif source is not None:
         notes.append(f"{project.rel(source)} has {len(pairs)} story "
                      f"entr{'y' if len(pairs) == 1 else 'ies'}: savings need at least 2")

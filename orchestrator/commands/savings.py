@@ -5,12 +5,17 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich import box
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
 from orchestrator.cli import add_common
+
+if TYPE_CHECKING:
+    from orchestrator.savings import Savings
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -31,13 +36,20 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from orchestrator import project, savings
+    from orchestrator import log, project, savings
     from orchestrator.errors import UsageError
+
+    log.configure(verbose=args.verbose)  # log lines on stderr: --json keeps stdout clean
 
     if args.last is not None and args.last < 1:
         raise UsageError(f"--last must be at least 1, got {args.last}")
     proj = project.locate(Path.cwd(), args.ralph_dir)
-    result = savings.measure(proj, last=args.last)
+    with Progress(TextColumn("replaying past stories"), BarColumn(), MofNCompleteColumn(),
+                  console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("replay", total=None)
+        result = savings.measure(
+            proj, last=args.last, on_row=lambda done, total: bar.update(task, completed=done,
+                                                                        total=total))
     paths = savings.write_outputs(result, args.out or proj.logs_dir)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
@@ -46,6 +58,9 @@ def run(args: argparse.Namespace) -> int:
     for note in result.notes:
         console.print(f"note: {note}", markup=False, soft_wrap=True)
     if result.rows:
+        console.print(f"{result.project} · {result.source} · {result.entries} entries · prompt "
+                      "tokens per past story, full history vs indexed (estimated)",
+                      markup=False, soft_wrap=True)
         console.print(table(result))
     _current(console, result.current)
     for what, path in paths.items():
@@ -53,11 +68,10 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def table(result: object) -> Table:
+def table(result: Savings) -> Table:
     from orchestrator.tokens import fmt
 
-    t = Table(title=f"{result.project}: {result.source} ({result.entries} entries)",
-              box=box.SIMPLE_HEAD, show_footer=True)
+    t = Table(box=box.SIMPLE_HEAD, show_footer=True)
     tot = result.totals()
     t.add_column("k", footer="total", justify="right")
     t.add_column("story", footer=f"{tot['stories']} stories")
