@@ -44,7 +44,7 @@ _ENTRY_WORD = re.compile(r"(?i)\b(iteration|session|story|task|feature|sprint|st
 _STORY_FIELD = re.compile(r"(?i)^\W*story\W*[:\s]\s*\**\s*([\w.-]*\d[\w.-]*)")
 _KW = (
     r"(?:key\s+)?(?:learnings?|lessons?(?: learned)?|gotchas?|patterns? discovered"
-    r"|notes? for future[^:\n]*|decisions?)\b"
+    r"|notes? for (?:future|(?:the )?next)[^:\n]*|decisions?)\b"
 )
 _LEARN_MARK = re.compile(
     rf"(?i)^\s*(?:(?:[-*]\s*)?(?:\*\*|__)?\s*{_KW}[^:\n]{{0,40}}:"
@@ -56,7 +56,7 @@ _FILES_LINE = re.compile(
     r"|changed files|key files)\s*(?:\*\*)?\s*:(?:\*\*)?(.*)$"
 )
 _META = re.compile(
-    r"(?i)^\s*(?:[-*]\s*)?(?:\*\*)?\s*(status|commit|thread|tests?|duration|iteration)\s*(?:\*\*)?\s*:"
+    r"(?i)^\s*(?:[-*]\s*)?(?:\*\*)?\s*(status|commit|thread|tests?|duration|iteration|story)\s*(?:\*\*)?\s*:"
 )
 _BULLET = re.compile(r"^(\s*)(?:[-*+]|\d+[.)])\s+")
 _EXT = (
@@ -544,21 +544,41 @@ def _distinct(topics: list[tuple[str, list[Item], list[str]]]):
 
 
 def _named_chunks(name: str, items: list[Item], areas: list[str], fill: int,
-                  depth: int = 0) -> list[tuple[str, list[Item], list[str]]]:
+                  ) -> list[tuple[str, list[Item], list[str]]]:
     """One topic, or, when it would outgrow the fill level, sub-topics by shared keyword
-    ("Features / auth: session"), and only as a last resort consecutive parts by story span."""
-    if sum(i.tokens for i in items) <= fill:
+    packed first-fit into as few references as fit ("Features / auth: session, token");
+    a single keyword group too big for one reference is cut into consecutive parts."""
+    def size(its: list[Item]) -> int:
+        return sum(i.tokens for i in its)
+
+    if size(items) <= fill:
         return [(name, items, areas)]
-    if depth == 0:
-        need = math.ceil(sum(i.tokens for i in items) / fill) + 1
-        groups = _cluster_keywords(items, need)
-        if len(groups) > 1:
-            out = []
-            for word, its in groups:
-                sub = f"{name}: {word}" if word else f"{name}: other"
-                out.extend(_named_chunks(sub, its, areas, fill, depth + 1))
-            return out
+    groups = _cluster_keywords(items, 2 * math.ceil(size(items) / fill))
+    if len(groups) == 1:
+        return _parts(name, items, areas, fill)
+    bins: list[tuple[list[str], list[Item]]] = []
+    out: list[tuple[str, list[Item], list[str]]] = []
+    for word, its in sorted(groups, key=lambda g: (-size(g[1]), g[0])):
+        label = word or "other"
+        if size(its) > fill:
+            out.extend(_parts(f"{name}: {label}", its, areas, fill))
+            continue
+        home = next((b for b in bins if size(b[1]) + size(its) <= fill), None)
+        if home is None:
+            bins.append(([label], list(its)))
+        else:
+            home[0].append(label)
+            home[1].extend(its)
+    for labels, its in bins:
+        shown = ", ".join(labels[:2]) + (", ..." if len(labels) > 2 else "")
+        out.append((f"{name}: {shown}", sorted(its, key=lambda i: i.order), areas))
+    return out
+
+
+def _parts(name: str, items: list[Item], areas: list[str], fill: int):
     chunks = _chunk(items, fill)
+    if len(chunks) == 1:
+        return [(name, items, areas)]
     return [(f"{name} (part {k} of {len(chunks)})", c, areas) for k, c in enumerate(chunks, 1)]
 
 
@@ -610,11 +630,41 @@ def _render_always(units: list[list[str]]) -> str:
     return f"# {PATTERNS_TOPIC}\n\n{body}\n"
 
 
+_ID_BULLET = re.compile(r"^[-*]\s+\**\s*([A-Za-z][\w.]*-\d+[\w.]*)\**\s*(?:[:—–]|\s-\s)")
+
+
+def _explode(block: Block) -> list[Block]:
+    """A section without a story id whose top-level bullets start with ids ("- US-001:
+    Complete. ...") is a log kept as a list: one story block per such bullet."""
+    if block.story_ids or block.kind not in ("note", "story"):
+        return [block]
+    groups = _group_items(block.body)
+    hits = [g for g in groups if _indent(g[0]) == 0 and _ID_BULLET.match(g[0])]
+    if len(hits) < 2:
+        return [block]
+    hit_ids = {id(g) for g in hits}
+    rest = [ln for g in groups if id(g) not in hit_ids for ln in g]
+    out = [Block(block.heading, rest, block.kind)] if rest else []
+    for g in hits:
+        text = "\n".join(g)
+        m = _DATE.search(text)
+        out.append(Block("", g, "story", [_ID_BULLET.match(g[0]).group(1)],
+                         m.group(1) if m else None, paths_in(text)))
+    return out
+
+
 def _summary_title(block: Block, titles: dict[str, str]) -> str:
+    for ln in block.body[:4]:  # the log's own "**Story**: 1.2 - Title" beats the prd's
+        m = _STORY_FIELD.match(ln)
+        if m:
+            rest = ln[m.end():].strip(" -:—–*")
+            if len(rest) >= 4:
+                return _clip(rest)
     for sid in block.story_ids:
         if titles.get(sid):
             return titles[sid]
     head = re.sub(r"^#+\s*|^\[[^\]]*\]\s*", "", block.heading).strip()
+    head = re.sub(r"\b\d{1,2}:\d{2}(?::\d{2})?\b", "", head)
     for sid in block.story_ids:
         head = head.replace(sid, "")
     head = _DATE.sub("", head)
@@ -625,9 +675,16 @@ def _summary_title(block: Block, titles: dict[str, str]) -> str:
             if ln.strip() and not _META.match(ln) and not _FILES_LINE.match(ln):
                 head = _bullet_key(ln).strip("*_ ")
                 head = re.sub(r"(?i)^\**(story|changes|implemented)\**\s*:\**\s*", "", head)
+                for sid in block.story_ids:
+                    head = head.replace(sid, "", 1)
+                head = head.strip(" -:—–*")
                 break
-    head = " ".join(head.split())
-    return head if len(head) <= 100 else head[:99].rstrip() + "…"
+    return _clip(head)
+
+
+def _clip(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= 100 else text[:99].rstrip() + "…"
 
 
 def _summaries(blocks: list[Block], titles: dict[str, str]) -> list[str]:
@@ -714,7 +771,8 @@ def build_plan(progress_text: str, prd: Prd | None = None, *, rel_dir: str = "ra
     header, raw = _split_blocks(progress_text)
     blocks: list[Block] = []
     for heading, body in raw:
-        blocks.append(_classify(heading, body, known, any(b.kind == "story" for b in blocks)))
+        block = _classify(heading, body, known, any(b.kind == "story" for b in blocks))
+        blocks.extend(_explode(block))
     kept, overflow = _split_always(_always_units(blocks, max_tokens), max_tokens)
     items: list[Item] = []
     for u in overflow:
