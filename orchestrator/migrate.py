@@ -766,6 +766,13 @@ def build_plan(progress_text: str, prd: Prd | None = None, *, rel_dir: str = "ra
     before = tokens.count(progress_text)
     if is_indexed(progress_text):
         return Plan(progress_text, {}, [], [], before, before, already_indexed=True)
+    if "\r\n" in progress_text:  # Windows line ends: plan on \n, write back what came in
+        plan = build_plan(progress_text.replace("\r\n", "\n"), prd, rel_dir=rel_dir,
+                          max_tokens=max_tokens, archive_path=archive_path)
+        plan.progress_text = plan.progress_text.replace("\n", "\r\n")
+        plan.references = {k: v.replace("\n", "\r\n") for k, v in plan.references.items()}
+        plan.tokens_before, plan.tokens_after = before, tokens.count(plan.progress_text)
+        return plan
     titles = _story_titles(prd)
     known = sorted(titles, key=len, reverse=True)
     header, raw = _split_blocks(progress_text)

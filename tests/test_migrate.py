@@ -185,3 +185,14 @@ def test_with_always_edits_yaml_minimally() -> None:
     assert "max_tokens: 900" in new
     assert migrate._with_always("references:\n  always: [Auth]\n").endswith(
         'always: [Auth, "Codebase patterns"]\n')
+
+
+def test_crlf_and_header_only_logs() -> None:
+    text = "# Ralph Progress Log\r\n---\r\n\r\n## 2026-01-01 - US-001\r\n- done\r\n" \
+           "- **Learnings for future iterations:**\r\n  - keep `src/a.ts` pure\r\n---\r\n"
+    new, refs = migrate.build_memory(text)
+    assert "\n" not in new.replace("\r\n", "")
+    assert any("keep `src/a.ts` pure" in r for r in refs.values())
+    assert migrate.build_memory(new) == (new, {})
+    bare, bare_refs = migrate.build_memory("# Ralph Progress Log\nStarted: x\n---\n")
+    assert bare_refs == {} and "## Progress Index" in bare and bare.startswith("# Ralph Progress")
