@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+from importlib import resources
 from pathlib import Path
 
 from orchestrator.errors import InputError, UsageError
@@ -24,11 +25,12 @@ _IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", ".git")
 
 
 def examples_dir() -> Path:
-    """`examples/` of this checkout, or $RALPH_EXAMPLES_DIR when set."""
+    """$RALPH_EXAMPLES_DIR when set, else the examples shipped with the package (the
+    repository's `examples/`, installed as the data package `orchestrator.bundled_examples`)."""
     override = os.environ.get("RALPH_EXAMPLES_DIR")
     if override:
         return Path(override)
-    return Path(__file__).resolve().parents[1] / "examples"
+    return Path(str(resources.files("orchestrator.bundled_examples")))
 
 
 def names() -> list[str]:

@@ -1,0 +1,1 @@
+"""Example projects, shipped as package data (see orchestrator/examples.py)."""
