@@ -170,6 +170,10 @@ def test_migrated_project_replays_the_archive(corpus: Path, tmp_path: Path) -> N
     cur = s.current
     assert cur is not None and cur["story_id"] == prd["userStories"][-1]["id"]
     assert 0 < cur["indexed_tokens"] < cur["full_tokens"] and cur["selected"]
+    out = run_cli(dest, "--last", "1")
+    assert out.returncode == 0, out.stderr
+    assert f"next story {cur['story_id']} (current memory)" in out.stdout
+    assert "replaying the original log" in out.stdout
     assert digests(dest) == before
 
 
@@ -298,3 +302,13 @@ def test_example_full_mode_run_matches_the_ledger(tmp_path: Path) -> None:
     assert [r["full_tokens"] for r in rows] == [sent["US-002"], sent["US-003"]]
     assert all(r["references"] > 0 for r in rows)
     assert digests(dest) == before
+
+
+def test_ralphs_prompt_file_counts_whole_with_the_log(tmp_path: Path) -> None:
+    """With Ralph's prompt.md in the Ralph folder, full = that file + the log the agent reads."""
+    dest = make_project(tmp_path, None, progress=entries_log(3))
+    prompt_md = "# Ralph agent instructions\nRead progress.txt, pick the next story, ...\n" * 20
+    (dest / "scripts/ralph/prompt.md").write_text(prompt_md)
+    s = savings.measure(prj.locate(dest))
+    assert [r.full_tokens for r in s.rows] == [
+        tokens.count(prompt_md) + r.log_tokens for r in s.rows]
