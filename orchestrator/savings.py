@@ -118,7 +118,8 @@ def chronological(text: str) -> list[tuple[Entry, tuple[int, int]]]:
     for e in Progress.parse(text).entries:
         start = text.find(e.text, pos)
         if start < 0:  # cannot happen for a lossless parse; never guess a span
-            raise InputError(f"progress log: entry {e.heading!r} not found in the text")
+            raise InputError(f"progress log: entry {e.heading!r} not found verbatim; "
+                             "please report this file (progress.Progress is lossless)")
         pairs.append((e, (start, start + len(e.text))))
         pos = start + len(e.text)
     dates = [e.date[:10] for e, _ in pairs if e.date and re.match(r"\d{4}-\d{2}-\d{2}", e.date)]
@@ -242,10 +243,10 @@ def measure(project: Any, *, last: int | None = None,
     prd, prd_note = _load_prd(Path(project.prd_path))
     source, note = log_source(project)
     notes = [n for n in (note, prd_note) if n]
-    pairs = chronological(fsutil.read_text(source)) if source else []
+    text = fsutil.read_text(source) if source else ""
+    pairs = chronological(text) if source else []
     rows: list[Row] = []
     if len(pairs) >= 2:
-        text = fsutil.read_text(source) if source else ""
         base = _base_inputs(project, story_for(pairs[0][0], prd, 1))
         first = 2 if last is None else max(2, len(pairs) - last + 1)
         for k in range(first, len(pairs) + 1):
