@@ -197,10 +197,11 @@ def hinted(sources: Sequence[Source], hints: Iterable[str]) -> list[int]:
 
 
 @functools.lru_cache(maxsize=65536)
-def _profile(text: str) -> tuple[int, Counter[str]]:
-    """(number of terms, term counts) of a text, cached."""
+def _profile(text: str) -> tuple[int, Counter[str], frozenset[str]]:
+    """(number of terms, term counts, the set of terms) of a text, cached."""
     terms = tokenize(text)
-    return len(terms), Counter(terms)
+    counts = Counter(terms)
+    return len(terms), counts, frozenset(counts)
 
 
 class _Doc:
@@ -214,10 +215,18 @@ class _Doc:
         self.tf: Counter[str] = Counter()
 
     def add(self, text: str, query: frozenset[str]) -> None:
-        n, counts = _profile(text)
+        self.add_hits(*_hits(text, query))
+
+    def add_hits(self, n: int, hits: dict[str, int]) -> None:
         self.n += n
-        for t in counts.keys() & query:
-            self.tf[t] += counts[t]
+        for t, c in hits.items():
+            self.tf[t] += c
+
+
+def _hits(text: str, query: frozenset[str]) -> tuple[int, dict[str, int]]:
+    """(number of terms, counts of the query's terms) of a text."""
+    n, counts, present = _profile(text)
+    return n, {t: counts[t] for t in present & query}
 
 
 def bm25(query: Sequence[str], docs: Sequence[Sequence[str]]) -> list[float]:
@@ -262,8 +271,14 @@ def group_key(chunk: Chunk) -> str:
     """Which learnings belong together: items tagged with the same source (`- [US-003] ...`,
     as `ralph migrate` writes them) came from one story, wherever their topic put them;
     untagged items group by their section (one story's block, or one patterns heading)."""
-    m = _TAG.match(chunk.text)
-    return f"[{m.group(1).strip()}]" if m else f"#{chunk.ref}:{chunk.heading}"
+    tag = _tag(chunk.text)
+    return tag if tag else f"#{chunk.ref}:{chunk.heading}"
+
+
+@functools.lru_cache(maxsize=65536)
+def _tag(text: str) -> str:
+    m = _TAG.match(text)
+    return f"[{m.group(1).strip()}]" if m else ""
 
 
 def _tag_ids(key: str) -> list[str]:
@@ -292,13 +307,14 @@ def score_items(query: str, sources: Sequence[Source], chunks: Sequence[Chunk],
     groups: dict[str, _Doc] = {}
     seen: set[tuple[str, int, str]] = set()
     for c, k in zip(chunks, keys, strict=True):
-        ref_docs[c.ref].add(c.text, q)
+        hits = _hits(c.text, q)  # once per item, for its reference and its group
+        ref_docs[c.ref].add_hits(*hits)
         doc = groups.get(k)
         if doc is None:
             doc = groups[k] = _Doc()
             for sid in _tag_ids(k):
                 doc.add((stories or {}).get(sid, ""), q)
-        doc.add(c.text, q)
+        doc.add_hits(*hits)
         if (k, c.ref, c.heading) not in seen:  # context once per group and section
             seen.add((k, c.ref, c.heading))
             doc.add(f"{sources[c.ref].topic}\n{c.heading}", q)
@@ -309,9 +325,10 @@ def score_items(query: str, sources: Sequence[Source], chunks: Sequence[Chunk],
     group_scores = dict(zip(names, _scaled(_bm25(terms, [groups[k] for k in names])),
                             strict=True))
     refs = _scaled(_bm25(terms, ref_docs))
-    mixed = [(1 - blend) * group_scores[k] + blend * refs[c.ref] if group_scores[k] > 0 else 0.0
-             for c, k in zip(chunks, keys, strict=True)]
-    return [round(x, 6) for x in mixed], [round(x, 6) for x in refs]
+    g = np.array([group_scores[k] for k in keys])
+    r = np.array(refs)[[c.ref for c in chunks]] if chunks else np.zeros(0)
+    mixed = np.where(g > 0, (1 - blend) * g + blend * r, 0.0)
+    return np.round(mixed, 6).tolist(), np.round(np.array(refs), 6).tolist()
 
 
 # ----------------------------------------------------------------------------- selection
