@@ -82,12 +82,14 @@ def count(text: str, encoding: str = DEFAULT_ENCODING) -> int:
 
 
 def fmt(n: int | float | None) -> str:
-    """Compact token figure for humans: 950, 3.1k, 27.4k, 1.2M."""
+    """Compact token figure for humans: 950, 3.1k, 27.4k, 141k, 1.2M."""
     if n is None:
         return "-"
     n = float(n)
     if abs(n) >= 1_000_000:
         return f"{n / 1_000_000:.1f}M"
+    if abs(n) >= 100_000:
+        return f"{n / 1_000:.0f}k"  # 141k: a decimal adds noise at this size
     if abs(n) >= 1_000:
         return f"{n / 1_000:.1f}k"
     return f"{int(n)}"

@@ -75,10 +75,11 @@ def test_empty_text_and_special_tokens() -> None:
 
 
 def test_fmt() -> None:
-    assert [tokens.fmt(x) for x in (None, 950, 3100, 27_400, 1_200_000)] == [
+    assert [tokens.fmt(x) for x in (None, 950, 3100, 27_400, 141_000, 1_200_000)] == [
         "-",
         "950",
         "3.1k",
         "27.4k",
+        "141k",
         "1.2M",
     ]
