@@ -16,7 +16,7 @@ REC = {"event": "iteration", "iteration": 4, "story_id": "US-004", "outcome": "p
 
 def test_summary_line_matches_the_documented_shape() -> None:
     assert summary_line(REC) == ("US-004 passed · prompt 3.1k tok (full history 27.4k: saved "
-                                 "89%) · agent 141.0k in / 2.3k out · $0.41 · 3m12s")
+                                 "89%) · agent 141k in / 2.3k out · $0.41 · 3m12s")
 
 
 def test_summary_without_usage_or_cost_says_so() -> None:
