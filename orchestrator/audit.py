@@ -126,9 +126,16 @@ def similar(a: str, b: str) -> bool:
         return False
     if na == nb or sorted(na) == sorted(nb):
         return True
-    return len(na) == len(nb) and all(
-        difflib.SequenceMatcher(None, x, y).ratio() >= _NEAR for x, y in zip(na, nb, strict=True)
-    )
+    return len(na) == len(nb) and all(_same_word(x, y) for x, y in zip(na, nb, strict=True))
+
+
+def _same_word(x: str, y: str) -> bool:
+    if x == y:
+        return True
+    if min(len(x), len(y)) < 5:  # short words: one letter changes the meaning (pass/past)
+        return False
+    sm = difflib.SequenceMatcher(None, x, y)
+    return sm.real_quick_ratio() >= _NEAR and sm.quick_ratio() >= _NEAR and sm.ratio() >= _NEAR
 
 
 def near_duplicate_pairs(rows: list[Row]) -> list[tuple[Row, Row]]:
