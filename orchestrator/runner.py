@@ -83,6 +83,7 @@ def run(
         trampoline[0], trampoline[1:], cwd=str(cwd), env=full_env, echo=False,
         encoding="utf-8", codec_errors="replace", dimensions=(PTY_ROWS, PTY_COLUMNS),
     )
+    child.delayafterclose = child.delayafterterminate = 0.05  # pexpect's 0.1 s sleeps
     log.debug("agent_spawned", pid=child.pid, argv=[redactor(a)[:200] for a in argv])
     with _open_transcript(transcript_path) as transcript:
         reader = _LineReader(on_line, transcript, redactor)
