@@ -216,8 +216,7 @@ def test_too_short_history_says_so(tmp_path: Path, entries: int) -> None:
     out = run_cli(dest)
     assert out.returncode == 0, out.stderr
     assert "need at least 2" in out.stdout and f"has {entries} story" in out.stdout
-    assert not (dest / "ralph/logs/savings-tokens.png").exists()
-    assert json.loads((dest / "ralph/logs/savings.json").read_text())["rows"] == []
+    assert not (dest / "ralph/logs").exists()  # nothing measured, nothing written
     assert digests(dest) == before
 
 

@@ -50,7 +50,9 @@ def run(args: argparse.Namespace) -> int:
         result = savings.measure(
             proj, last=args.last, on_row=lambda done, total: bar.update(task, completed=done,
                                                                         total=total))
-    paths = savings.write_outputs(result, args.out or proj.logs_dir)
+    # Nothing measured (no history, no index): no files, so a wrong folder is not littered.
+    measured = bool(result.rows or result.current)
+    paths = savings.write_outputs(result, args.out or proj.logs_dir) if measured else {}
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
         return 0
