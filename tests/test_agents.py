@@ -624,3 +624,14 @@ def test_opencode_provider_429_is_a_limit_and_5xx_transient():
     assert result.limit.kind == "rate" and not is_transient(result, OPENCODE_429)
     overloaded = agent.parse(OPENCODE_429.replace("429", "529"), 1)
     assert overloaded.limit is None and is_transient(overloaded, "")
+
+
+def test_display_details():
+    amp = get_agent("amp", None, check=False)
+    line = json.dumps({"type": "assistant", "message": {"id": "m", "content": [
+        {"type": "tool_use", "name": "Bash", "input": {"cmd": "npm test"}}]}})
+    assert amp.display(line) == "⏺ Bash: npm test"
+    codex = get_agent("codex", None, check=False)
+    assert codex.display("ERROR: stream error: unexpected status 401") == (
+        "✗ ERROR: stream error: unexpected status 401")
+    assert codex.display("Implement the story and print ERROR: when...") is None

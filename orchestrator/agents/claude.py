@@ -207,8 +207,8 @@ def _without_result(
 def tool_line(name: str, tool_input: Any) -> str:
     """"⏺ Read src/app.py", "⏺ Bash: git commit -m ...": one readable line per tool call."""
     data = tool_input if isinstance(tool_input, dict) else {}
-    if name == "Bash":
-        return f"⏺ Bash: {short(data.get('command', ''), 120)}"
+    if name == "Bash":  # Amp's Bash tool names its input `cmd`
+        return f"⏺ Bash: {short(str(data.get('command') or data.get('cmd') or ''), 120)}"
     key = _TOOL_SUBJECT.get(name, "")
     if key is None or not data:
         return f"⏺ {name}"

@@ -49,7 +49,8 @@ class CodexAgent(Agent):
     def display(self, line: str) -> str | None:
         event = parse_json_line(line)
         if event is None:
-            return None  # plain output echoes the prompt: too noisy to show live
+            # Plain output may echo the whole prompt: show only fatal errors.
+            return f"✗ {short(line.strip(), 200)}" if _is_error_line(line) else None
         kind = event.get("type", "")
         if kind in ("item.started", "item.completed"):
             return _item_display(event.get("item") or {}, started=kind == "item.started")
