@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from orchestrator import report
+from orchestrator import git, report
 from orchestrator.errors import FatalError
 
 ARMS = ("indexed", "full")
@@ -48,11 +48,7 @@ class ArmRun:
     exit_code: int | None = None
 
 
-def _git(args: list[str], cwd: Path) -> str:
-    out = subprocess.run(
-        ["git", *args], cwd=cwd, check=True, capture_output=True, text=True, errors="replace"
-    )
-    return out.stdout
+_AB_IDENTITY = git.Identity("ralph-ab", "ralph-ab@localhost")
 
 
 def _is_git(root: Path) -> bool:
@@ -61,35 +57,18 @@ def _is_git(root: Path) -> bool:
 
 def _overlay_uncommitted(root: Path, dest: Path) -> None:
     """Copy the working copy's modified and untracked (not ignored) files into the clone."""
-    # --no-optional-locks: reading status must not rewrite the user's .git/index.
-    status = _git(
-        ["--no-optional-locks", "status", "--porcelain", "-z", "--untracked-files=all"], root
-    )
-    entries = status.split("\0")
-    i = 0
-    while i < len(entries):
-        entry = entries[i]
-        i += 1
-        if len(entry) < 4:
-            continue
-        code, path = entry[:2], entry[3:]
-        if code.startswith("R"):
-            i += 1  # a rename is followed by its old path
-        src, dst = root / path, dest / path
+    entries = git.status(root)
+    if entries is None:
+        raise FatalError(f"{root}: git status failed; is this a readable git repository?")
+    for entry in entries:
+        src, dst = root / entry.path, dest / entry.path
         if src.is_file():
             dst.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, dst)
         elif not src.exists() and dst.exists():
             dst.unlink()
-    if _git(["status", "--porcelain"], dest).strip():
-        _git(["add", "-A"], dest)
-        env_args = ["-c", "user.name=ralph-ab", "-c", "user.email=ralph-ab@localhost"]
-        subprocess.run(
-            ["git", *env_args, "commit", "-q", "-m", "ab: start from the working copy"],
-            cwd=dest,
-            check=True,
-            capture_output=True,
-        )
+    if not git.is_clean(dest):
+        git.commit_all(dest, "ab: start from the working copy", _AB_IDENTITY)
 
 
 def make_workspace(root: Path, dest: Path, logs_rel: str) -> None:
@@ -98,11 +77,8 @@ def make_workspace(root: Path, dest: Path, logs_rel: str) -> None:
         raise FatalError(f"{dest} already exists: choose another --out folder")
     dest.parent.mkdir(parents=True, exist_ok=True)
     if _is_git(root):
-        subprocess.run(
-            ["git", "clone", "--quiet", "--no-hardlinks", str(root), str(dest)],
-            check=True,
-            capture_output=True,
-        )
+        # No timeout: cloning a large repository takes as long as it takes.
+        git.run(["clone", "--quiet", "--no-hardlinks", str(root), str(dest)], timeout=None)
         _overlay_uncommitted(root, dest)
     else:
         ignore = shutil.ignore_patterns(Path(logs_rel).name, ".venv", "node_modules")

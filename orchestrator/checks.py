@@ -21,14 +21,13 @@ from __future__ import annotations
 
 import datetime as _dt
 import shutil
-import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import structlog
 
-from orchestrator import fsutil
+from orchestrator import fsutil, git
 from orchestrator.errors import InputError, PathEscapeError
 from orchestrator.history import lines, merge_history
 from orchestrator.prd import Prd, Story
@@ -128,39 +127,14 @@ class CheckReport:
 
 # --------------------------------------------------------------------------- git
 
-def _git(project: Project, *args: str) -> str | None:
-    git = shutil.which("git")
-    if git is None or not project.in_git:
-        return None
-    try:
-        out = subprocess.run([git, *args], cwd=project.root, capture_output=True, text=True,
-                             timeout=60, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return out.stdout if out.returncode == 0 else None
-
-
 def git_head(project: Project) -> str | None:
-    out = _git(project, "rev-parse", "--verify", "-q", "HEAD")
-    return out.strip() or None if out else None
+    return git.head(project.root) if project.in_git else None
 
 
 def git_dirty(project: Project) -> frozenset[str]:
     """Paths git reports as modified/untracked (ignored files excluded by git itself)."""
-    out = _git(project, "status", "--porcelain=v1", "-z", "--untracked-files=all")
-    if not out:
-        return frozenset()
-    paths: set[str] = set()
-    items = out.split("\0")
-    i = 0
-    while i < len(items):
-        item = items[i]
-        if len(item) > 3:
-            paths.add(item[3:])
-            if item[0] in "RC":  # a rename's source follows as its own item
-                i += 1
-        i += 1
-    return frozenset(paths)
+    entries = git.status(project.root) if project.in_git else None
+    return frozenset(e.path for e in entries or ())
 
 
 # --------------------------------------------------------------------------- snapshot
@@ -410,7 +384,7 @@ def _check_git(snap: Snapshot, project: Project, report: CheckReport, title: str
                    f"'feat: {report.story_id} - {title}'")
         return
     span = f"{snap.head}..HEAD" if snap.head else "HEAD"
-    subjects = _git(project, "log", "--format=%s", span) or ""
+    subjects = git.output(["log", "--format=%s", span], project.root) or ""
     if report.story_id.lower() not in subjects.lower():
         report.add("commit_message", "warning", f"no new commit message names {report.story_id}",
                    f"use 'feat: {report.story_id} - {title}'")

@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 from importlib import resources
 from pathlib import Path
 
+from orchestrator import git
 from orchestrator.errors import InputError, UsageError
 
-_IDENTITY = ["-c", "user.name=Ralph Example", "-c", "user.email=ralph-example@localhost"]
+_IDENTITY = git.Identity("Ralph Example", "ralph-example@localhost")
 _IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", ".git")
 
 
@@ -49,10 +49,6 @@ def example_path(name: str) -> Path:
     return path
 
 
-def _git(cwd: Path, *args: str) -> None:
-    subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True)
-
-
 def copy_example(name: str, dest: Path, *, branch: str = "main") -> Path:
     """Copy example `name` into `dest` (absent or empty), `git init` it and commit it all.
 
@@ -64,9 +60,8 @@ def copy_example(name: str, dest: Path, *, branch: str = "main") -> Path:
     if dest.exists() and any(dest.iterdir()):
         raise UsageError(f"{dest}: not empty; choose a new folder for the example")
     shutil.copytree(src, dest, ignore=_IGNORE, dirs_exist_ok=True)
-    _git(dest, "init", "-q", "-b", branch)
-    _git(dest, "add", "-A")
-    _git(dest, *_IDENTITY, "commit", "-q", "-m", f"Initial commit: {name} example")
+    git.run(["init", "-q", "-b", branch], dest)
+    git.commit_all(dest, f"Initial commit: {name} example", _IDENTITY)
     return dest
 
 

@@ -13,12 +13,11 @@ ralph.yaml is always read from the project root, so the `ralph_dir` it names can
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from orchestrator import git
 from orchestrator.config import CONFIG_FILE, Config, load_config
 from orchestrator.errors import InputError
 
@@ -64,27 +63,6 @@ class Project:
         return [p for p in (self.prompt_md, self.claude_md) if p is not None]
 
 
-def git_toplevel(cwd: Path) -> Path | None:
-    """The git work tree's top level containing `cwd`, or None (no git, or not a repo)."""
-    git = shutil.which("git")
-    if git is None:
-        return None
-    try:
-        out = subprocess.run(
-            [git, "rev-parse", "--show-toplevel"],
-            cwd=cwd,
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    if out.returncode != 0 or not out.stdout.strip():
-        return None
-    return Path(out.stdout.strip()).resolve()
-
-
 def find_ralph_dir(root: Path, cwd: Path, flag: str | None, config: Config) -> Path:
     """Apply the Ralph-folder precedence: --dir > ralph.yaml ralph_dir > scripts/ralph > cwd."""
     if flag:
@@ -117,7 +95,7 @@ def locate(
     from orchestrator.references import ReferenceStore  # lazy: helper A's module
 
     cwd = Path(cwd).resolve()
-    top = git_toplevel(cwd)
+    top = git.toplevel(cwd)
     root = top or cwd
     config_path = root / CONFIG_FILE
     config = load_config(config_path if config_path.is_file() else None, overrides or {})

@@ -12,13 +12,12 @@ import difflib
 import json
 import re
 import shutil
-import subprocess
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Literal
 
-from orchestrator import fsutil
+from orchestrator import fsutil, git
 from orchestrator.config import CONFIG_FILE
 from orchestrator.errors import UsageError
 from orchestrator.project import Project, locate
@@ -150,15 +149,7 @@ def _references(project: Project) -> Action:
 
 
 def _ignored(project: Project, rel: str) -> bool:
-    git = shutil.which("git")
-    if not project.in_git or git is None:
-        return False
-    probe = f"{rel.rstrip('/')}/ledger.jsonl"
-    out = subprocess.run(
-        [git, "check-ignore", "-q", "--no-index", probe],
-        cwd=project.root, capture_output=True, check=False,
-    )
-    return out.returncode == 0
+    return project.in_git and git.is_ignored(project.root, f"{rel.rstrip('/')}/ledger.jsonl")
 
 
 def _gitignore(project: Project) -> Action:

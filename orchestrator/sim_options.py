@@ -22,11 +22,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from orchestrator import fsutil, tokens
+from orchestrator import fsutil, git, tokens
 from orchestrator.errors import UsageError
 
 FAULTS = {
@@ -142,12 +141,8 @@ def parse(argv: list[str], env: dict[str, str] | None = None) -> Options:
 # ---- fault state: "fault only the first N times" survives between runs ---------------------
 def default_state_path(cwd: Path) -> Path:
     """Inside the git dir (per worktree), so the state never shows up as a project change."""
-    try:
-        out = subprocess.run(["git", "rev-parse", "--absolute-git-dir"], cwd=cwd,
-                             capture_output=True, text=True, check=True).stdout.strip()
-        return Path(out) / "ralph-sim-state.json"
-    except (OSError, subprocess.CalledProcessError):
-        return cwd / ".ralph-sim-state.json"
+    git_dir = git.git_dir(cwd)
+    return git_dir / "ralph-sim-state.json" if git_dir else cwd / ".ralph-sim-state.json"
 
 
 def fault_applies(opts: Options, story_id: str | None, cwd: Path) -> bool:

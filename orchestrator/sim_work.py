@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import datetime as _dt
 import re
-import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from orchestrator import fsutil, sim_prompt
+from orchestrator import fsutil, git, sim_prompt
 from orchestrator.prd import Prd, Story
 from orchestrator.progress import Progress
 from orchestrator.sim_options import Options
@@ -18,7 +17,7 @@ from orchestrator.sim_stream import Stream
 
 SENTINEL = "<promise>COMPLETE</promise>"
 DEFAULT_REFERENCES_DIR = "ralph/references"
-_FALLBACK_IDENTITY = ["-c", "user.name=Ralph Sim", "-c", "user.email=ralph-sim@localhost"]
+_FALLBACK_IDENTITY = git.Identity("Ralph Sim", "ralph-sim@localhost")
 
 
 def slugify(topic: str) -> str:
@@ -274,19 +273,20 @@ class Work:
                     break
 
     # ---- commit and final message -------------------------------------------------------
-    def git(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(["git", *args], cwd=self.ws.root, capture_output=True, text=True)
-
     def commit(self) -> None:
         message = f"feat: {self.story.id} - {self.story.title}"
         paths = sorted(set(self.touched))
-        add = self.git("add", "-A", "--", *paths)
-        identity = [] if self.git("config", "user.email").stdout.strip() else _FALLBACK_IDENTITY
-        done = self.git(*identity, "commit", "-q", "-m", message) if add.returncode == 0 else add
-        shown = " ".join(paths)
-        output = (done.stdout + done.stderr).strip() or self.git(
-            "log", "--oneline", "-1").stdout.strip()
-        self.stream.bash(f"git add -A -- {shown} && git commit -m '{message}'",
+        root = self.ws.root
+        # A failed git step is shown in the transcript, as a real agent's would be, not raised.
+        done = git.run(["add", "-A", "--", *paths], root, check=False, timeout=None)
+        if done.returncode == 0:
+            # The fallback only when the user has none: their identity is used when configured.
+            identity = None if git.config(root, "user.email") else _FALLBACK_IDENTITY
+            done = git.run(["commit", "-q", "-m", message], root, check=False, timeout=None,
+                           identity=identity)
+        output = (done.stdout + done.stderr).strip() or (
+            git.output(["log", "--oneline", "-1"], root) or "").strip()
+        self.stream.bash(f"git add -A -- {' '.join(paths)} && git commit -m '{message}'",
                          "Commit the story", output)
 
     def finish(self) -> int:

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import ConfigError, InputError
-from orchestrator.project import git_toplevel, locate
+from orchestrator.project import locate
 
 
 def git_init(path: Path) -> Path:
@@ -17,7 +17,6 @@ def git_init(path: Path) -> Path:
 
 def test_outside_git_root_and_ralph_dir_are_cwd(tmp_path: Path) -> None:
     p = locate(tmp_path)
-    assert git_toplevel(tmp_path) is None
     assert p.root == tmp_path.resolve() and p.ralph_dir == tmp_path.resolve()
     assert not p.in_git and p.config_path is None
     assert p.prd_path == p.ralph_dir / "prd.json"
