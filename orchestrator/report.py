@@ -8,6 +8,7 @@ re-rendered at any time from two earlier runs.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -292,7 +293,7 @@ def console_table(data: dict[str, Any]) -> str:
     table.add_column("")
     for a in data["arms"]:
         table.add_column(a["name"], justify="right")
-    keys = [
+    keys: list[tuple[str, str, Callable[[Any], str]]] = [
         ("stories completed", "stories_completed", str),
         ("iterations", "iterations", str),
         ("prompt tokens (est.)", "prompt_tokens", tokens.fmt),
