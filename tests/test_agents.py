@@ -635,3 +635,16 @@ def test_display_details():
     assert codex.display("ERROR: stream error: unexpected status 401") == (
         "✗ ERROR: stream error: unexpected status 401")
     assert codex.display("Implement the story and print ERROR: when...") is None
+
+
+def test_prompt_too_big_for_one_argument_names_the_fix(tmp_path):
+    from orchestrator.errors import InputError
+
+    big = tmp_path / "big.md"
+    big.write_text("x" * 200_000)
+    agent = get_agent("claude", {"prompt": "argument"}, check=False)
+    with pytest.raises(InputError, match="set agents.claude.prompt to stdin"):
+        agent.argv(big)
+    small = tmp_path / "small.md"
+    small.write_text("do it")
+    assert agent.argv(small)[-1] == "do it" and agent.stdin_file(small) is None

@@ -34,7 +34,7 @@ class AmpAgent(Agent):
             # Amp picks models by mode rather than by model name.
             argv += ["--mode", self.model]
         if self.prompt_via == "argument":
-            argv.append(prompt_file.read_text(encoding="utf-8"))
+            argv.append(self.prompt_argument(prompt_file))
         elif self.prompt_via == "file":
             argv.append(f"Read {prompt_file} and follow the instructions in it.")
         return argv + self.settings.args

@@ -22,11 +22,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from orchestrator.errors import AgentNotFound, ConfigError
+from orchestrator.errors import AgentNotFound, ConfigError, InputError
 from orchestrator.limits import LimitSignal, detect
 
 PromptVia = Literal["stdin", "file", "argument"]
 PROMPT_VIAS: tuple[str, ...] = ("stdin", "file", "argument")
+MAX_ARG_BYTES = 120 * 1024  # below Linux's 128 KiB per argv string
 SHORT_FINAL = 300  # a final message this short may be nothing but a limit notice
 
 # Built-in adapters: module `orchestrator.agents.<name>` exposes `create(settings) -> Agent`.
@@ -180,6 +181,19 @@ class Agent:
 
     def argv(self, prompt_file: Path) -> list[str]:
         return self.build_argv(Path(prompt_file))
+
+    def prompt_argument(self, prompt_file: Path) -> str:
+        """The prompt text for argv. Linux caps one argv string at 128 KiB (MAX_ARG_STRLEN):
+        a bigger prompt would fail at exec with a cryptic E2BIG, so say what to do instead."""
+        text = Path(prompt_file).read_text(encoding="utf-8")
+        size = len(text.encode("utf-8"))
+        if size > MAX_ARG_BYTES:
+            raise InputError(
+                f"ralph.yaml: agents.{self.name}.prompt is 'argument' but the prompt is "
+                f"{size // 1024} KiB, over the {MAX_ARG_BYTES // 1024} KiB one argument may "
+                f"hold: set agents.{self.name}.prompt to stdin (or file)"
+            )
+        return text
 
     def stdin_file(self, prompt_file: Path) -> Path | None:
         """The file the runner redirects to the agent's stdin (None: /dev/null)."""

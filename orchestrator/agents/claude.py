@@ -59,7 +59,7 @@ class ClaudeAgent(Agent):
         if self.model:
             argv += ["--model", self.model]
         if self.prompt_via == "argument":
-            argv.append(prompt_file.read_text(encoding="utf-8"))
+            argv.append(self.prompt_argument(prompt_file))
         elif self.prompt_via == "file":
             argv.append(f"Read {prompt_file} and follow the instructions in it.")
         return argv + self.settings.args

@@ -41,7 +41,7 @@ class CodexAgent(Agent):
             argv += ["-m", self.model]
         argv += self.settings.args  # options must precede the prompt argument
         if self.prompt_via == "argument":
-            return argv + [prompt_file.read_text(encoding="utf-8")]
+            return argv + [self.prompt_argument(prompt_file)]
         if self.prompt_via == "file":
             return argv + [f"Read {prompt_file} and follow the instructions in it."]
         return argv + ["-"]

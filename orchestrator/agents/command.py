@@ -47,7 +47,7 @@ class CommandAgent(Agent):
     def build_argv(self, prompt_file: Path) -> list[str]:
         values = {"{prompt_file}": str(prompt_file), "{model}": self.model or ""}
         if any("{prompt}" in w for w in self.command() + self.settings.args):
-            values["{prompt}"] = prompt_file.read_text(encoding="utf-8")
+            values["{prompt}"] = self.prompt_argument(prompt_file)
         argv = []
         for word in self.command() + self.settings.args:
             for key, value in values.items():

@@ -49,7 +49,7 @@ class GeminiAgent(Agent):
             argv += ["-m", self.model]
         argv += self.settings.args
         if self.prompt_via == "argument":
-            return argv + ["-p", prompt_file.read_text(encoding="utf-8")]
+            return argv + ["-p", self.prompt_argument(prompt_file)]
         if self.prompt_via == "file":
             return argv + ["-p", f"Read {prompt_file} and follow the instructions in it."]
         return argv + ["-p", INSTRUCTION]

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.agents.base import (
+    MAX_ARG_BYTES,
     Agent,
     AgentResult,
     Usage,
@@ -21,7 +22,6 @@ from orchestrator.agents.base import (
 )
 from orchestrator.agents.claude import tool_line
 
-MAX_ARG_BYTES = 100_000
 ATTACHED = "Follow the instructions in the attached file exactly."
 
 
