@@ -125,6 +125,11 @@ def run_agent(
         on_line=show, wall_timeout=wall_timeout, idle_timeout=idle_timeout, grace=grace,
     )
     result = agent.parse(outcome.output, outcome.exit_code)
+    # Error texts go to the ledger and the terminal: redact them (the final message stays
+    # as printed: the loop reads the sentinel from it and logs only its verdict).
+    result.error = redactor(result.error) if result.error else result.error
+    if result.limit is not None:
+        result.limit.raw = redactor(result.limit.raw)
     if outcome.timed_out or outcome.interrupted:
         result.is_error = True
         why = f"{outcome.timed_out} timeout" if outcome.timed_out else "interrupted"

@@ -249,3 +249,28 @@ def test_pwd_names_the_agents_folder(tmp_path, monkeypatch):
     work.mkdir()
     out = runner.run([PY, "-c", "import os; print(os.environ['PWD'])"], cwd=work)
     assert out.output == str(work)
+
+
+def test_run_agent_redacts_error_texts(tmp_path, monkeypatch):
+    import json
+
+    from orchestrator.agents import get_agent
+
+    secret = "sk-ant-api03-" + "Z" * 30
+    replay = tmp_path / "replay.jsonl"
+    replay.write_text(json.dumps({"type": "result", "subtype": "success", "is_error": True,
+                                  "result": f"Invalid API key {secret} · run /login"}) + "\n")
+    bin_dir = tmp_path / "bin"
+    install(bin_dir, "claude")
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_TRANSCRIPT", str(replay))
+    monkeypatch.setenv("FAKE_EXIT", "1")
+    prompt = tmp_path / "p.md"
+    prompt.write_text("hi")
+    shown: list[str] = []
+    outcome, result = runner.run_agent(get_agent("claude"), prompt, cwd=tmp_path,
+                                       on_line=shown.append, wall_timeout=30)
+    assert outcome.exit_code == 1 and result.is_error
+    assert secret in outcome.output  # what the adapters parse is untouched
+    assert result.error == "Invalid API key [REDACTED] · run /login"
+    assert shown == ["✗ error: Invalid API key [REDACTED] · run /login"]
