@@ -73,6 +73,9 @@ def run(
     """Run argv (a list, never a shell string) on a pty; see the module docstring."""
     if isinstance(argv, str) or not argv:
         raise ValueError("argv must be a non-empty list of words (no shell strings)")
+    if not Path(cwd).is_dir():
+        # pexpect would report a bad cwd as the child's output with exit code 0.
+        raise FileNotFoundError(f"cannot run {argv[0]}: folder {cwd} does not exist")
     # PWD must name the agent's folder: some CLIs (opencode) trust $PWD over getcwd().
     full_env = {**os.environ, **(env or {}), "PWD": os.path.abspath(cwd)}
     redactor = Redactor(full_env)

@@ -274,3 +274,8 @@ def test_run_agent_redacts_error_texts(tmp_path, monkeypatch):
     assert secret in outcome.output  # what the adapters parse is untouched
     assert result.error == "Invalid API key [REDACTED] · run /login"
     assert shown == ["✗ error: Invalid API key [REDACTED] · run /login"]
+
+
+def test_missing_cwd_is_an_error_not_output(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        runner.run(["/bin/true"], cwd=tmp_path / "nope")
