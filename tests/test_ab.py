@@ -66,9 +66,10 @@ def test_ab_runs_both_arms_and_reports_from_their_ledgers(tmp_path: Path) -> Non
         assert {r["mode"] for r in iters} == {name}
     full = [r["prompt_tokens"] for r in arms["full"]["iterations"]]
     indexed = [r["prompt_tokens"] for r in arms["indexed"]["iterations"]]
-    # The full arm's prompt grows with the history; the indexed arm's stays well below it.
+    # The full arm's prompt grows with the history; the indexed arm's stays nearly flat.
     assert full == sorted(full) and full[-1] > 2 * full[0]
-    assert indexed[-1] < full[-1] / 2
+    assert indexed[-1] - indexed[0] < (full[-1] - full[0]) / 2
+    assert indexed[-1] < full[-1]
     assert data["saving"]["prompt_tokens"]["pct"] > 0
     assert (out / "ab-tokens.png").stat().st_size > 10_000
     assert "saving (indexed vs full)" in res.stdout
@@ -135,3 +136,21 @@ def test_report_command_reproduces_the_ab_report(tmp_path: Path) -> None:
     b = json.loads((again / "ab-report.json").read_text())
     assert [x["totals"] for x in a["arms"]] == [x["totals"] for x in b["arms"]]
     assert report.load_arm(out / "full" / "ledger.jsonl").mode == "full"
+
+
+def test_demo_copies_the_example_into_a_new_repo_and_reports_both_arms(tmp_path: Path) -> None:
+    dest = tmp_path / "demo"
+    res = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "demo", "--into", str(dest), "2"],
+        cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=600,
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    log = subprocess.run(["git", "log", "--format=%s"], cwd=dest, capture_output=True,
+                         text=True, check=True).stdout
+    assert log.strip().splitlines()[-1] == "Initial commit: recipe-box example"
+    written = dest / "ab-report"
+    data = json.loads((written / "ab-report.json").read_text())
+    assert [(a["name"], a["totals"]["iterations"]) for a in data["arms"]] == [
+        ("indexed", 2), ("full", 2)]
+    assert "stories completed" in res.stdout
+    assert f"report: {written / 'ab-report.md'}\nchart:  {written / 'ab-tokens.png'}" in res.stdout
