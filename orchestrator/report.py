@@ -304,10 +304,11 @@ def console_table(data: dict[str, Any]) -> str:
     ]
     for label, key, fmt in keys:
         table.add_row(label, *(fmt(a["totals"][key]) for a in data["arms"]))
-    console = Console(record=True, width=100)
-    with console.capture():
+    # capture() keeps the table off the terminal and hands back its text; the caller prints.
+    console = Console(width=100)
+    with console.capture() as captured:
         console.print(table)
-    text = console.export_text()
+    text = captured.get()
     if "saving" in data:
         s = data["saving"]
         text += (

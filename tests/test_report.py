@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import struct
 from pathlib import Path
 
@@ -89,6 +90,9 @@ def test_report_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0
     out = capsys.readouterr().out
     assert "prompt tokens 50.0%" in out
+    # The totals table itself, not just the saving line under it.
+    assert re.search(r"stories completed\s+│\s+1\s+│\s+1\s+│", out), out
+    assert re.search(r"prompt tokens \(est\.\)\s+│\s+200\s+│\s+400\s+│", out), out
     assert (tmp_path / "r" / "ab-tokens.png").is_file()
 
 
