@@ -196,3 +196,24 @@ def test_crlf_and_header_only_logs() -> None:
     assert migrate.build_memory(new) == (new, {})
     bare, bare_refs = migrate.build_memory("# Ralph Progress Log\nStarted: x\n---\n")
     assert bare_refs == {} and "## Progress Index" in bare and bare.startswith("# Ralph Progress")
+
+
+def test_killed_migrate_is_completed_or_rolled_back(tmp_path: Path, corpus: Path) -> None:
+    import os
+    import signal
+
+    ralph = [sys.executable, "-m", "orchestrator"]
+    twin = _project(tmp_path / "twin", corpus / "MiniCodeMonkey__tap")
+    assert subprocess.run([*ralph, "migrate"], cwd=twin, capture_output=True).returncode == 0
+    expected = _tree(twin)
+    for mode in ("--recover", "--rollback"):
+        root = _project(tmp_path / mode.strip("-"), corpus / "MiniCodeMonkey__tap")
+        before = _tree(root)
+        env = dict(os.environ, RALPH_TEST_KILL_AFTER_RENAMES="3")
+        res = subprocess.run([*ralph, "migrate"], cwd=root, env=env, capture_output=True)
+        assert res.returncode == -signal.SIGKILL
+        again = subprocess.run([*ralph, "migrate"], cwd=root, capture_output=True, text=True)
+        assert again.returncode == 1 and "--recover" in again.stdout  # refuses to stack
+        done = subprocess.run([*ralph, "compact", mode], cwd=root, capture_output=True)
+        assert done.returncode == 0
+        assert _tree(root) == (expected if mode == "--recover" else before)
