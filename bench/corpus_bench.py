@@ -106,6 +106,11 @@ def prefix(h: History, k: int) -> str:
     return "".join(out)
 
 
+def from_prd(h: History, k: int) -> bool:
+    ids = set(h.entries[k - 1].story_ids)
+    return h.prd is not None and any(s.id in ids for s in h.prd.stories)
+
+
 def story_for(h: History, k: int) -> Story:
     entry = h.entries[k - 1]
     if h.prd is not None:
@@ -189,7 +194,7 @@ def evaluate(h: History, build_memory: Any, cfg: argparse.Namespace) -> list[dic
         found = sum(1 for b in wanted if _norm(b) in hay)
         log_tokens = full.parts["progress"]
         rows.append({
-            "history": h.name, "k": k, "n": n, "story": story.id,
+            "history": h.name, "k": k, "n": n, "story": story.id, "from_prd": from_prd(h, k),
             "log_tokens": log_tokens, "references": len(refs),
             "indexed_tokens": indexed.tokens, "full_tokens": full.tokens,
             "prompt_ratio": indexed.tokens / full.tokens,
@@ -233,6 +238,10 @@ def summarize(rows: list[dict]) -> dict:
         "median_prompt_ratio_last_quarter_log_over_10k": _median(
             [r["prompt_ratio"] for r in big_lq]
         ),
+        "median_recall_last_quarter_story_in_prd": _median(
+            [r["recall"] for r in last_q if r["recall"] is not None and r["from_prd"]]),
+        "scored_last_quarter_story_in_prd": sum(
+            1 for r in last_q if r["recall"] is not None and r["from_prd"]),
         "median_recall_all": _median([r["recall"] for r in rows if r["recall"] is not None]),
         "median_memory_ratio_all": _median([r["memory_ratio"] for r in rows]),
         "max_assemble_ms": max((r["assemble_ms"] for r in rows), default=None),

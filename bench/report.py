@@ -78,8 +78,11 @@ def plot(rows: list[dict], path: Path, n_histories: int = 4) -> str:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    longest = sorted({r["history"]: r["n"] for r in rows}.items(), key=lambda kv: -kv[1])
-    longest = [h for h, _ in longest[:n_histories]]
+    # The longest histories among those with learnings to score (recall needs them).
+    scored = {r["history"] for r in rows if r["recall"] is not None}
+    sizes = {r["history"]: r["n"] for r in rows if r["history"] in scored}
+    longest = [h for h, _ in sorted(sizes.items(), key=lambda kv: (-kv[1], kv[0]))]
+    longest = longest[:n_histories]
     fig, axes = plt.subplots(2, 2, figsize=(13, 8.5))
     panels = [("prompt_ratio", "prompt ratio (indexed / full)"),
               ("memory_ratio", "memory ratio"), ("recall", "recall of relevant learnings")]
@@ -121,6 +124,9 @@ def write_report(result: dict, out: Path) -> None:
         f"| median recall, same stories ({s['stories_scored_for_recall_last_quarter']} scored) | "
         f"{_fmt(s['median_recall_last_quarter'], 3)} (mean "
         f"{_fmt(s['mean_recall_last_quarter'], 3)}) | >= 0.90 |",
+        f"| same, only stories whose text is in prd.json "
+        f"({s['scored_last_quarter_story_in_prd']} scored) | "
+        f"{_fmt(s['median_recall_last_quarter_story_in_prd'], 3)} | |",
         f"| median prompt ratio, stories whose log > 10k tokens ({s['stories_log_over_10k']}) | "
         f"{_fmt(s['median_prompt_ratio_log_over_10k'], 3)} | <= 0.30 |",
         f"| same, last quarter only | "
