@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as _dt
-import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -11,6 +10,7 @@ from pathlib import Path, PurePosixPath
 from orchestrator import fsutil, git, sim_prompt
 from orchestrator.prd import Prd, Story
 from orchestrator.progress import Progress
+from orchestrator.references import slugify
 from orchestrator.sim_options import Options
 from orchestrator.sim_script import StoryPlan, generated_plan, load_script, safe_target
 from orchestrator.sim_stream import Stream
@@ -18,15 +18,6 @@ from orchestrator.sim_stream import Stream
 SENTINEL = "<promise>COMPLETE</promise>"
 DEFAULT_REFERENCES_DIR = "ralph/references"
 _FALLBACK_IDENTITY = git.Identity("Ralph Sim", "ralph-sim@localhost")
-
-
-def slugify(topic: str) -> str:
-    """The references module's slug when present, so both name files the same way."""
-    try:
-        from orchestrator.references import slugify as shared
-    except ImportError:  # references.py lands separately; same rule as its contract
-        return re.sub(r"[^a-z0-9]+", "-", topic.lower()).strip("-") or "notes"
-    return shared(topic)
 
 
 def changed_region(old: str, new: str) -> tuple[str, str]:
