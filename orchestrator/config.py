@@ -14,13 +14,14 @@ import difflib
 import os
 import shlex
 from collections.abc import Mapping
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any, Literal
 
 import structlog
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
+from orchestrator import fsutil
 from orchestrator.errors import ConfigError
 
 log = structlog.get_logger()
@@ -43,8 +44,7 @@ class ReferencesConfig(_Section):
     @field_validator("dir")
     @classmethod
     def _relative_inside(cls, v: str) -> str:
-        p = PurePosixPath(v.replace("\\", "/"))
-        if not v.strip() or p.is_absolute() or ".." in p.parts:
+        if fsutil.relative_inside(v) is None:
             raise ValueError("must be a relative folder inside the project (e.g. ralph/references)")
         return v
 

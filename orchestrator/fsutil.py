@@ -10,7 +10,7 @@ import contextlib
 import os
 import shutil
 import tempfile
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 
 def _umask() -> int:
@@ -48,6 +48,15 @@ def atomic_write_bytes(path: Path, data: bytes, *, backup: bool = False) -> None
 def atomic_write_text(path: Path, text: str, *, backup: bool = False) -> None:
     """Write text as UTF-8 without newline translation (bytes in == bytes out)."""
     atomic_write_bytes(path, text.encode("utf-8", errors="surrogateescape"), backup=backup)
+
+
+def relative_inside(path: str) -> PurePosixPath | None:
+    """`path` (either slash) as a posix path that stays inside the folder it is taken in;
+    None when it is blank, absolute or has a `..`. Lexical only: symlinks are the caller's."""
+    p = PurePosixPath(path.replace("\\", "/"))
+    if not path.strip() or p.is_absolute() or ".." in p.parts:
+        return None
+    return p
 
 
 def read_text(path: Path) -> str:

@@ -44,15 +44,14 @@ def slugify(topic: str) -> str:
 
 class ReferenceStore:
     def __init__(self, project_root: Path, rel_dir: str = "ralph/references") -> None:
-        clean = rel_dir.replace("\\", "/").strip()
-        parts = PurePosixPath(clean).parts
-        if not clean or PurePosixPath(clean).is_absolute() or ".." in parts:
+        clean = fsutil.relative_inside(rel_dir.strip())
+        if clean is None:
             raise ConfigError(
                 f"references.dir {rel_dir!r}: must be a relative folder inside the project. "
                 "Fix: set it to e.g. ralph/references"
             )
         self.root = Path(project_root)
-        self.rel_dir = PurePosixPath(*[p for p in parts if p != "."]).as_posix()
+        self.rel_dir = PurePosixPath(*[p for p in clean.parts if p != "."]).as_posix()
         self.dir = self.root / self.rel_dir
 
     def __repr__(self) -> str:

@@ -25,14 +25,14 @@ Format (YAML):
 from __future__ import annotations
 
 import re
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from orchestrator.errors import InputError, PathEscapeError
-from orchestrator.fsutil import read_text
+from orchestrator.fsutil import read_text, relative_inside
 
 SCRIPT_NAME = "sim.yaml"
 
@@ -54,8 +54,8 @@ class FileSpec(_Model):
     @classmethod
     def _inside_project(cls, v: str) -> str:
         # A script is data from a project folder: it may never write outside the project.
-        p = PurePosixPath(v.replace("\\", "/"))
-        if not v.strip() or p.is_absolute() or ".." in p.parts:
+        p = relative_inside(v)
+        if p is None:
             raise ValueError("must be a relative path inside the project (e.g. src/app.py)")
         return p.as_posix()
 

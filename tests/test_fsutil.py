@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.fsutil import atomic_write_bytes, atomic_write_text, read_text
+from orchestrator.fsutil import atomic_write_bytes, atomic_write_text, read_text, relative_inside
 
 
 def _mode(p: Path) -> int:
@@ -46,3 +46,14 @@ def test_failed_write_leaves_the_old_file_and_no_temp(tmp_path: Path) -> None:
         atomic_write_bytes(p, "not bytes")  # type: ignore[arg-type]
     assert p.read_text() == "old"
     assert sorted(x.name for x in tmp_path.iterdir()) == ["prd.json"]
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [("ralph/references", "ralph/references"), ("a\\b.md", "a/b.md"), ("./x", "x"),
+     ("", None), ("  ", None), ("/etc", None), ("a/../../b", None), ("..", None)],
+)
+def test_relative_inside_refuses_what_could_leave_the_folder(given: str, expected: str | None
+                                                            ) -> None:
+    got = relative_inside(given)
+    assert (got.as_posix() if got is not None else None) == expected
