@@ -165,8 +165,8 @@ def run_ab(
     logs_rel: str,
     opts: AbOptions,
     on_status: Callable[[str], None] = print,
-) -> dict[str, Path]:
-    """Run both arms and write the report; returns the report's paths."""
+) -> report.Written:
+    """Run both arms and write the report."""
     out = opts.out_dir.resolve()
     work = out / "work"
     ralph_dir_rel = os.path.relpath(ralph_dir, root)
@@ -190,9 +190,7 @@ def run_ab(
         for arm in arms:
             _collect(arm, out / arm.name, logs_rel)
         loaded = [report.load_arm(out / a.name / "ledger.jsonl", name=a.name) for a in arms]
-        paths = report.write_report(loaded, out)
-        paths["exit_codes"] = {a.name: a.exit_code for a in arms}  # type: ignore[assignment]
-        return paths
+        return report.write_report(loaded, out)
     except BaseException:
         _stop(arms)
         raise

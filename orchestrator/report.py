@@ -272,7 +272,21 @@ def render_chart(data: dict[str, Any], path: Path) -> Path:
     return path
 
 
-def write_report(arms: list[Arm], out_dir: Path, stem: str = "ab") -> dict[str, Path]:
+@dataclass(frozen=True)
+class Written:
+    """A written report: its files and the comparison they were rendered from."""
+
+    markdown: Path
+    json: Path
+    chart: Path
+    data: dict[str, Any]
+
+    def summary(self) -> str:
+        """What the commands print: the totals table and where the files are."""
+        return f"{console_table(self.data)}report: {self.markdown}\nchart:  {self.chart}\n"
+
+
+def write_report(arms: list[Arm], out_dir: Path, stem: str = "ab") -> Written:
     """ab-report.md, ab-report.json and ab-tokens.png in `out_dir`."""
     out_dir.mkdir(parents=True, exist_ok=True)
     data = compare(arms)
@@ -281,7 +295,7 @@ def write_report(arms: list[Arm], out_dir: Path, stem: str = "ab") -> dict[str, 
     js = out_dir / f"{stem}-report.json"
     atomic_write_text(md, render_markdown(data, chart.name))
     atomic_write_text(js, json.dumps(data, indent=2) + "\n")
-    return {"markdown": md, "json": js, "chart": chart}
+    return Written(markdown=md, json=js, chart=chart, data=data)
 
 
 def console_table(data: dict[str, Any]) -> str:

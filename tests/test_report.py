@@ -74,13 +74,14 @@ def test_compare_numbers_match_the_ledgers(tmp_path: Path) -> None:
 def test_write_report_renders_markdown_json_and_chart(tmp_path: Path) -> None:
     a = report.load_arm(_ledger(tmp_path / "a.jsonl", "indexed", [900, 950, 1000]), "indexed")
     b = report.load_arm(_ledger(tmp_path / "b.jsonl", "full", [900, 4000, 9000]), "full")
-    paths = report.write_report([a, b], tmp_path / "out")
-    md = paths["markdown"].read_text()
+    written = report.write_report([a, b], tmp_path / "out")
+    md = written.markdown.read_text()
     assert "| stories completed | 2 | 2 |" in md and "ab-tokens.png" in md
-    assert json.loads(paths["json"].read_text())["arms"][1]["totals"]["prompt_tokens"] == 13900
-    width, height = _png_size(paths["chart"])
+    assert json.loads(written.json.read_text()) == written.data
+    assert written.data["arms"][1]["totals"]["prompt_tokens"] == 13900
+    width, height = _png_size(written.chart)
     assert width > 600 and height > 300
-    assert paths["chart"].stat().st_size > 10_000  # lines, labels and legends were drawn
+    assert written.chart.stat().st_size > 10_000  # lines, labels and legends were drawn
 
 
 def test_report_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

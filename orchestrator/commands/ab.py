@@ -6,7 +6,7 @@ import argparse
 import os
 from pathlib import Path
 
-from orchestrator import ab, report
+from orchestrator import ab
 from orchestrator.cli import add_common
 from orchestrator.project import locate
 
@@ -40,10 +40,6 @@ def run(args: argparse.Namespace) -> int:
         keep_workspaces=args.keep,
     )
     print(f"A/B on {project.root} → {out}")
-    paths = ab.run_ab(project.root, project.ralph_dir, logs_rel, opts, on_status=print)
-    data = report.compare(
-        [report.load_arm(Path(out) / a / "ledger.jsonl", name=a) for a in ab.ARMS]
-    )
-    print(report.console_table(data), end="")
-    print(f"report: {paths['markdown']}\nchart:  {paths['chart']}")
+    written = ab.run_ab(project.root, project.ralph_dir, logs_rel, opts, on_status=print)
+    print(written.summary(), end="")
     return 0

@@ -11,7 +11,7 @@ import os
 import time
 from pathlib import Path
 
-from orchestrator import ab, examples, report
+from orchestrator import ab, examples
 from orchestrator.errors import UsageError
 from orchestrator.project import locate
 
@@ -48,9 +48,7 @@ def run(args: argparse.Namespace) -> int:
         parallel=not args.sequential,
     )
     logs_rel = os.path.relpath(project.logs_dir, project.root)
-    paths = ab.run_ab(project.root, project.ralph_dir, logs_rel, opts, on_status=print)
-    arms = [report.load_arm(out / a / "ledger.jsonl", name=a) for a in ab.ARMS]
-    print(report.console_table(report.compare(arms)), end="")
-    print(f"report: {paths['markdown']}\nchart:  {paths['chart']}")
+    written = ab.run_ab(project.root, project.ralph_dir, logs_rel, opts, on_status=print)
+    print(written.summary(), end="")
     print(f"next: cd {dest} && ralph status")
     return 0

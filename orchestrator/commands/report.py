@@ -25,7 +25,5 @@ def run(args: argparse.Namespace) -> int:
     for spec in args.ledgers:
         name, _, path = spec.rpartition("=")
         arms.append(report.load_arm(Path(path), name=name or None))
-    paths = report.write_report(arms, args.out, stem="ab")
-    print(report.console_table(report.compare(arms)), end="")
-    print(f"report: {paths['markdown']}\nchart:  {paths['chart']}")
+    print(report.write_report(arms, args.out, stem="ab").summary(), end="")
     return 0
