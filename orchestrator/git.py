@@ -16,7 +16,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
+from orchestrator.errors import FatalError
+
 DEFAULT_TIMEOUT = 60.0
+
+
+class GitError(FatalError):
+    """A git step ralph needed failed; the message carries git's own words."""
 
 
 class Identity(NamedTuple):
@@ -45,13 +51,22 @@ def run(
     timeout: float | None = DEFAULT_TIMEOUT,
     identity: Identity | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """`git <args>` in `cwd`, output captured; raises CalledProcessError when `check` and git
-    fails, OSError when git is missing, TimeoutExpired after `timeout` seconds (None: wait)."""
+    """`git <args>` in `cwd`, output captured. With `check`, a failure is a GitError (the CLI
+    prints it, no traceback); without, OSError when git is missing. TimeoutExpired after
+    `timeout` seconds (None: wait)."""
     argv = ["git", *(identity.args() if identity else []), *args]
-    return subprocess.run(
-        argv, cwd=cwd, check=check, capture_output=True, text=True,
-        encoding="utf-8", errors="replace", timeout=timeout,
-    )
+    try:
+        out = subprocess.run(argv, cwd=cwd, capture_output=True, text=True,
+                             encoding="utf-8", errors="replace", timeout=timeout)
+    except OSError as exc:
+        if check:
+            raise GitError(f"cannot run git ({exc.strerror}): install git or put it on PATH") \
+                from exc
+        raise
+    if check and out.returncode != 0:
+        said = out.stderr.strip() or out.stdout.strip() or f"exit {out.returncode}"
+        raise GitError(f"git {' '.join(args)} failed in {cwd or Path.cwd()}: {said}")
+    return out
 
 
 def output(args: Sequence[str], cwd: Path) -> str | None:
@@ -127,6 +142,6 @@ def is_clean(cwd: Path) -> bool:
 
 
 def commit_all(cwd: Path, message: str, identity: Identity | None = None) -> None:
-    """Stage everything and commit it; raises CalledProcessError when git refuses."""
+    """Stage everything and commit it; GitError when git refuses."""
     run(["add", "-A"], cwd)
     run(["commit", "-q", "-m", message], cwd, identity=identity, timeout=None)

@@ -12,8 +12,10 @@ import time
 from pathlib import Path
 
 import pexpect
+import pytest
 
 from orchestrator import examples, report
+from orchestrator.cli import main
 
 ENV = dict(os.environ, PYTHONUNBUFFERED="1")
 
@@ -154,3 +156,11 @@ def test_demo_copies_the_example_into_a_new_repo_and_reports_both_arms(tmp_path:
         ("indexed", 2), ("full", 2)]
     assert "stories completed" in res.stdout
     assert f"report: {written / 'ab-report.md'}\nchart:  {written / 'ab-tokens.png'}" in res.stdout
+
+
+def test_demo_without_git_is_an_error_message_not_a_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # nothing to run, git included
+    assert main(["demo", "--into", str(tmp_path / "d"), "1"]) == 2
+    assert "ralph: error: cannot run git" in capsys.readouterr().err

@@ -37,7 +37,7 @@ def test_outside_git_every_question_has_no_answer(tmp_path: Path) -> None:
 
 
 def test_run_raises_when_checked_and_reports_when_not(tmp_path: Path) -> None:
-    with pytest.raises(subprocess.CalledProcessError):
+    with pytest.raises(git.GitError, match=r"git rev-parse HEAD failed in .*not a git repo"):
         git.run(["rev-parse", "HEAD"], tmp_path)
     out = git.run(["rev-parse", "HEAD"], tmp_path, check=False)
     assert out.returncode != 0 and "not a git repository" in out.stderr
@@ -90,6 +90,8 @@ def test_output_is_none_when_git_is_missing(repo: Path, monkeypatch: pytest.Monk
     monkeypatch.setenv("PATH", str(repo))  # no git on PATH
     assert git.output(["status"], repo) is None
     assert git.head(repo) is None
+    with pytest.raises(git.GitError, match="cannot run git"):
+        git.run(["status"], repo)
 
 
 def test_undecodable_path_bytes_do_not_crash(repo: Path) -> None:
