@@ -280,16 +280,19 @@ def _query(story: Any) -> str:
     return render_story(story)
 
 
-def resolve_mode(mode: str, index_rows: int) -> str:
+def resolve_mode(mode: str, index_rows: int, *, fresh_index: bool = False) -> str:
+    """`auto` is indexed when the index has rows, or when the project was set up with an
+    (empty) index and has no history yet (`ralph init`): nothing can be lost there, and the
+    first story starts the references. A flat log without rows stays `full`, as in Ralph."""
     if mode not in MODES:
         raise InputError(f"unknown mode '{mode}': use one of {', '.join(MODES)}")
     if mode == "auto":
-        return "indexed" if index_rows > 0 else "full"
+        return "indexed" if index_rows > 0 or fresh_index else "full"
     return mode
 
 
-def build(inp: Inputs, mode: str, index_rows: int) -> Assembled:
-    resolved = resolve_mode(mode, index_rows)
+def build(inp: Inputs, mode: str, index_rows: int, *, fresh_index: bool = False) -> Assembled:
+    resolved = resolve_mode(mode, index_rows, fresh_index=fresh_index)
     out = build_indexed(inp) if resolved == "indexed" else build_full(inp)
     if resolved == "full" and inp.budget is not None and out.tokens > inp.budget:
         # Full mode is Ralph's behaviour and is never refused; the user is told once.
@@ -394,5 +397,7 @@ def assemble(project: Any, story: Any, memory: Any, *, mode: str | None = None,
     None means `budget.prompt_tokens`; `tool` None means config `tool` (it picks CLAUDE.md
     or prompt.md in full mode)."""
     inp = inputs_for(project, story, memory, notes=notes, budget=budget, tool=tool)
-    rows = len(getattr(memory.progress, "index_rows", []) or [])
-    return build(inp, mode or getattr(project.config, "mode", "auto"), rows)
+    progress = memory.progress
+    rows = len(getattr(progress, "index_rows", []) or [])
+    fresh = bool(getattr(progress, "has_index", False)) and not getattr(progress, "entries", [])
+    return build(inp, mode or getattr(project.config, "mode", "auto"), rows, fresh_index=fresh)

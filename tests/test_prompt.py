@@ -114,6 +114,18 @@ def test_auto_falls_back_to_full_without_index_rows(tmp_path: Path) -> None:
     assert out.full_history_tokens == out.tokens
 
 
+def test_auto_is_indexed_on_a_fresh_project_with_an_empty_index(tmp_path: Path) -> None:
+    # `ralph init` writes an empty index and no history: nothing to lose, start indexing.
+    empty_index = "## Progress Index\n| Topic | Reference Path |\n|---|---|\n"
+    root = make_project(tmp_path, indexed=False, log="")
+    progress = root / "scripts" / "ralph" / "progress.txt"
+    progress.write_text(HEADER + empty_index)
+    assert assemble(root).mode == "indexed"
+    # The same empty index over an existing flat log stays full: the log is the memory.
+    progress.write_text(HEADER + empty_index + "\n" + LOG_ENTRY)
+    assert assemble(root).mode == "full"
+
+
 def test_full_mode_sends_the_users_prompt_file_bytes_unchanged(tmp_path: Path) -> None:
     root = make_project(tmp_path, indexed=False)
     ralph = root / "scripts" / "ralph"
