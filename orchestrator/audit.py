@@ -240,7 +240,22 @@ def check(project: Any) -> list[Finding]:
     out += _duplicate_findings(mem, prog)
     out += _size_findings(mem)
     out += _log_findings(mem, prog)
+    out += _always_findings(mem)
     return out
+
+
+def _always_findings(mem: MemoryFiles) -> list[Finding]:
+    """references.always naming no live row would silently select nothing."""
+    project = mem.project
+    live = [r for r in mem.rows if not r.archived]
+    names = {norm_topic(r.topic) for r in live} | {norm_topic(Path(r.path).stem) for r in live}
+    where = project.rel(project.config_path) if project.config_path else "ralph.yaml"
+    return [
+        Finding("unknown-always", where, None,
+                f"references.always names {topic!r}, which no Progress Index row has",
+                "add the row or remove the topic from references.always")
+        for topic in project.config.references.always if norm_topic(topic) not in names
+    ]
 
 
 def _journal_findings(project: Any) -> list[Finding]:

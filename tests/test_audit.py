@@ -171,3 +171,10 @@ def test_pre_commit_style_run_blocks_a_bad_commit(tmp_path: Path) -> None:
     assert subprocess.run(argv, cwd=root, capture_output=True).returncode == 1
     (root / "ralph/references/db.md").write_text("# Database schema\n")
     assert subprocess.run(argv, cwd=root, capture_output=True).returncode == 0
+
+
+def test_always_topic_without_row(tmp_path: Path) -> None:
+    root = make(tmp_path, yaml_text="references:\n  always: [Auth flow, Deploy notes]\n")
+    found = audit.check(project.locate(root))
+    assert [(f.kind, f.file) for f in found] == [("unknown-always", "ralph.yaml")]
+    assert "'Deploy notes'" in found[0].message

@@ -100,7 +100,8 @@ def test_log_rotation_moves_old_entries_verbatim(tmp_path: Path) -> None:
 
 
 def test_near_duplicates_merge_keeping_every_bullet(tmp_path: Path) -> None:
-    topics = {"Auth flow": "auth-flow.md", "Auth flows": "auth-flows.md", "Build": "build.md"}
+    topics = {"Auth flow": "auth-flow.md", "Auth flows": "auth-flows.md", "Build": "build.md",
+              "Codebase patterns": "codebase-patterns.md"}
     root = make(tmp_path, topics=topics, stories=[])
     (root / "ralph/references/auth-flows.md").write_text(
         "# Auth flows\n\n- [US-009] tokens expire after 30 min\n  (refresh on 401)\n")
