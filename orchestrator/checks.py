@@ -29,9 +29,9 @@ import structlog
 
 from orchestrator import fsutil, git
 from orchestrator.errors import InputError, PathEscapeError
-from orchestrator.history import lines, merge_history
+from orchestrator.history import merge_history
 from orchestrator.prd import Prd, Story
-from orchestrator.progress import Progress
+from orchestrator.progress import Progress, split_lines
 
 if TYPE_CHECKING:
     from orchestrator.project import Project
@@ -356,7 +356,7 @@ def _check_rows(progress: Progress, store: ReferenceStore, old_rows: set[tuple[s
 
 
 def _check_table_syntax(progress: Progress, report: CheckReport) -> None:
-    for n, line in enumerate(lines(progress.index_text)[1:], start=2):
+    for n, line in enumerate(split_lines(progress.index_text)[1:], start=2):
         body = line.strip()
         if body.startswith("|") and (not body.endswith("|") or body.count("|") < 3):
             report.add("index_malformed", "error",

@@ -19,17 +19,10 @@ Whitespace at line ends, blank lines and separator lines ("---") alone are not h
 from __future__ import annotations
 
 import difflib
-import re
 
-_LINE = re.compile(r"[^\n]*\n|[^\n]+\Z")
-_HEADING = re.compile(r"## (?!#)")
-_INDEX = re.compile(r"##\s+progress index\s*$", re.IGNORECASE)
+from orchestrator.progress import INDEX_HEADING_LINE, SECTION_START, fenced_lines, split_lines
+
 _HEADER_KEY = "\0header"
-
-
-def lines(text: str) -> list[str]:
-    """Split after each "\\n" only, keeping line ends (bytes in == bytes out)."""
-    return _LINE.findall(text)
 
 
 def trivial(line: str) -> bool:
@@ -39,23 +32,22 @@ def trivial(line: str) -> bool:
 def sections(text: str) -> list[list[str]]:
     """The header, then one list of lines per "## " section (outside code fences)."""
     out: list[list[str]] = [[]]
-    fenced = False
-    for line in lines(text):
-        if re.match(r" {0,3}(```|~~~)", line):
-            fenced = not fenced
-        if not fenced and _HEADING.match(line):
+    all_lines = split_lines(text)
+    fenced = fenced_lines(all_lines)
+    for i, line in enumerate(all_lines):
+        if i not in fenced and SECTION_START.match(line):
             out.append([])
         out[-1].append(line)
     return out
 
 
 def _key(section: list[str], n: int) -> str:
-    return _HEADER_KEY if n == 0 and not _HEADING.match(section[0] if section else "") \
+    return _HEADER_KEY if n == 0 and not SECTION_START.match(section[0] if section else "") \
         else (section[0].rstrip() if section else "")
 
 
 def _is_index(section: list[str]) -> bool:
-    return bool(section) and bool(_INDEX.match(section[0].strip()))
+    return bool(section) and bool(INDEX_HEADING_LINE.match(section[0].strip()))
 
 
 def merge_lines(old: list[str], new: list[str]) -> tuple[list[str], list[str]]:

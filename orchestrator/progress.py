@@ -21,10 +21,11 @@ HEADER = "# Ralph Progress Log\nStarted: {date}\n---\n"
 INDEX_HEADING = "## Progress Index"
 INDEX_TABLE_HEAD = "| Topic | Reference Path |\n|---|---|\n"
 
-_HEADING = re.compile(r"## (?!#)")
+# Shared with history.py, so repairing the log cuts it into the same sections as parsing it.
+SECTION_START = re.compile(r"## (?!#)")
+INDEX_HEADING_LINE = re.compile(r"##\s+progress index\s*$", re.IGNORECASE)
 _FENCE = re.compile(r" {0,3}(`{3,}|~{3,})(.*)")
 _PATTERNS = re.compile(r"##\s+codebase patterns\b", re.IGNORECASE)
-_INDEX = re.compile(r"##\s+progress index\s*$", re.IGNORECASE)
 
 
 def new_progress_text(date: str | None = None, with_index: bool = False) -> str:
@@ -59,15 +60,15 @@ class _Segment:
     text: str
 
 
-def _lines(text: str) -> list[str]:
+def split_lines(text: str) -> list[str]:
     """Split after each "\\n" only (str.splitlines also splits on \\x0c, \\u2028 ...)."""
     return re.findall(r"[^\n]*\n|[^\n]+\Z", text)
 
 
 def _split(text: str) -> list[_Segment]:
-    lines = _lines(text)
-    fenced = _fenced_lines(lines)
-    starts = [i for i, line in enumerate(lines) if i not in fenced and _HEADING.match(line)]
+    lines = split_lines(text)
+    fenced = fenced_lines(lines)
+    starts = [i for i, line in enumerate(lines) if i not in fenced and SECTION_START.match(line)]
     segments = [_Segment("header", "".join(lines[: starts[0] if starts else len(lines)]))]
     for n, start in enumerate(starts):
         end = starts[n + 1] if n + 1 < len(starts) else len(lines)
@@ -81,7 +82,7 @@ def _split(text: str) -> list[_Segment]:
     return segments
 
 
-def _fenced_lines(lines: list[str]) -> set[int]:
+def fenced_lines(lines: list[str]) -> set[int]:
     """Line numbers inside closed ``` / ~~~ code blocks (pasted markdown is not structure).
     An unclosed fence is ignored rather than swallowing the rest of the log."""
     fenced: set[int] = set()
@@ -117,7 +118,7 @@ def _cut_index(lines: list[str]) -> list[_Segment]:
 
 
 def _kind(heading: str) -> str:
-    if _INDEX.match(heading.strip()):
+    if INDEX_HEADING_LINE.match(heading.strip()):
         return "index"
     if _PATTERNS.match(heading):
         return "patterns"
@@ -130,9 +131,9 @@ def _split_fallback(segments: list[_Segment]) -> list[_Segment]:
     Patterns only the unmistakable "[date] Story:" form starts an entry."""
     out: list[_Segment] = []
     for seg in segments:
-        lines = _lines(seg.text)
+        lines = split_lines(seg.text)
         starts = fallback_entry_starts(lines, strict=seg.kind == "patterns")
-        if lines and _HEADING.match(lines[0]):
+        if lines and SECTION_START.match(lines[0]):
             starts = [i for i in starts if i > 0]  # a section keeps its "## " line
         if not starts:
             out.append(seg)
@@ -191,7 +192,7 @@ def _data_rows(lines: list[str]) -> list[tuple[int, list[str]]]:
 
 
 def _parse_rows(index_text: str) -> list[IndexRow]:
-    return [IndexRow(c[0], c[1].strip("`").strip()) for _, c in _data_rows(_lines(index_text))]
+    return [IndexRow(c[0], c[1].strip("`").strip()) for _, c in _data_rows(split_lines(index_text))]
 
 
 def _key(topic: str) -> str:
@@ -232,7 +233,7 @@ class Progress:
         seg = self._first("patterns")
         if seg is None:
             return None
-        return "".join(_lines(seg.text)[1:])
+        return "".join(split_lines(seg.text)[1:])
 
     @property
     def has_index(self) -> bool:
@@ -274,7 +275,7 @@ class Progress:
             section = INDEX_HEADING + nl + INDEX_TABLE_HEAD.replace("\n", nl) + row
             wanted = IndexRow(" ".join(topic.split()), " ".join(path.split()))
             return self._insert_index(section, wanted)
-        lines = _lines(seg.text)
+        lines = split_lines(seg.text)
         for i, cells in _data_rows(lines):
             if _key(cells[0]) == _key(topic):
                 if cells[1].strip("`").strip() == path.strip():
@@ -290,7 +291,7 @@ class Progress:
         seg = self._first("index")
         if seg is None:
             return self
-        lines = _lines(seg.text)
+        lines = split_lines(seg.text)
         drop = {i for i, cells in _data_rows(lines) if _key(cells[0]) == _key(topic)}
         if not drop:
             return self
@@ -334,7 +335,7 @@ class Progress:
 
 def _header_end(header: str) -> int:
     """Offset just after the Ralph header block: its "---" line, else its title paragraph."""
-    lines = _lines(header)
+    lines = split_lines(header)
     offset = 0
     for line in lines[:10]:
         offset += len(line)
@@ -366,7 +367,7 @@ def _insert_row(lines: list[str], row: str, nl: str) -> str:
 
 
 def _entry(text: str) -> Entry:
-    heading = _lines(text)[0].rstrip("\r\n") if text else ""
+    heading = split_lines(text)[0].rstrip("\r\n") if text else ""
     return Entry(
         heading=heading,
         story_ids=extract_story_ids(heading) or _body_story_ids(text),
@@ -427,7 +428,7 @@ def looks_like_entry(heading: str) -> bool:
 
 
 def _body_story_ids(text: str) -> list[str]:
-    for line in _lines(text)[1:6]:
+    for line in split_lines(text)[1:6]:
         m = _BODY_STORY.match(line)
         if m:
             return [m.group(1).rstrip(".")]
@@ -485,7 +486,7 @@ def _label(line: str, label: re.Pattern[str]) -> tuple[int, bool, str] | None:
 def _labelled_items(text: str, label: re.Pattern[str]) -> list[str]:
     """Items under each `label:` line: its inline text and the bullets nested below it."""
     items: list[str] = []
-    lines = [line.rstrip("\r\n") for line in _lines(text)]
+    lines = [line.rstrip("\r\n") for line in split_lines(text)]
     i = 0
     while i < len(lines):
         found = _label(lines[i], label)
