@@ -20,6 +20,7 @@ from typing import Literal
 from orchestrator import fsutil, git
 from orchestrator.config import CONFIG_FILE
 from orchestrator.errors import UsageError
+from orchestrator.progress import Progress, new_progress_text
 from orchestrator.project import Project, locate
 
 Kind = Literal["created", "kept", "replaced", "updated", "unchanged"]
@@ -51,7 +52,7 @@ def template_text(name: str) -> str:
     return resources.files("orchestrator.templates").joinpath(name).read_text(encoding="utf-8")
 
 
-def examples() -> list[str]:
+def example_prds() -> list[str]:
     """Names of the built-in example PRDs (`templates/prd.<name>.json`)."""
     names = []
     for entry in resources.files("orchestrator.templates").iterdir():
@@ -109,26 +110,18 @@ def render_config(project: Project) -> str:
     return text.replace("\nralph_dir: null\n", f"\nralph_dir: {_yaml_scalar(value)}\n", 1)
 
 
-def _progress_text() -> str:
-    from orchestrator.progress import new_progress_text  # helper A's model
-
-    return new_progress_text(with_index=True)
-
-
 def _progress(project: Project, force: bool) -> Action:
     path = project.progress_path
     if path.exists() and not force:
-        from orchestrator.progress import Progress
-
         note = "exists"
         if not Progress.parse(fsutil.read_text(path)).has_index:
             note = "exists, no Progress Index yet: `ralph migrate` adds one"
         return Action("kept", path, note)
-    return _put(path, _progress_text(), force, "exists")
+    return _put(path, new_progress_text(with_index=True), force, "exists")
 
 
 def _check_example(example: str) -> None:
-    names = examples()
+    names = example_prds()
     if example not in names:
         raise UsageError(f"--example {example}: unknown example; choose one of {', '.join(names)}")
 

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from orchestrator.cli import add_common
-from orchestrator.scaffold import examples, init_project
+from orchestrator.scaffold import example_prds, init_project
 
 _LABEL = {"created": "created", "kept": "kept", "replaced": "replaced", "updated": "updated",
           "unchanged": "ok"}
@@ -23,7 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--force", action="store_true",
                    help="replace existing ralph.yaml/prd.json/progress.txt, keeping each as .bak")
     p.add_argument("--example", default="example", metavar="NAME",
-                   help=f"built-in example prd.json to start from ({', '.join(examples())})")
+                   help=f"built-in example prd.json to start from ({', '.join(example_prds())})")
     p.set_defaults(func=run)
 
 
