@@ -12,7 +12,13 @@ from orchestrator.prd import Prd, Story
 from orchestrator.progress import Progress
 from orchestrator.references import slugify
 from orchestrator.sim_options import Options
-from orchestrator.sim_script import StoryPlan, generated_plan, load_script, safe_target
+from orchestrator.sim_script import (
+    SCRIPT_NAME,
+    StoryPlan,
+    generated_plan,
+    load_script,
+    safe_target,
+)
 from orchestrator.sim_stream import Stream
 
 SENTINEL = "<promise>COMPLETE</promise>"
@@ -140,7 +146,7 @@ class Work:
     # ---- planning and writing -----------------------------------------------------------
     def plan(self) -> StoryPlan:
         if self._plan is None:
-            script = self.opts.script or (self.ws.ralph_dir / "sim.yaml")
+            script = self.opts.script or (self.ws.ralph_dir / SCRIPT_NAME)
             found = load_script(script).plan_for(self.story.id) if script.is_file() else None
             self._plan = found or generated_plan(self.story)
         return self._plan
