@@ -7,6 +7,7 @@ re-rendered at any time from two earlier runs.
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -252,11 +253,7 @@ def render_chart(data: dict[str, Any], path: Path) -> Path:
                 alpha=0.7,
                 label=f"{arm['name']} (prompt, est.)",
             )
-        running, total = [], 0
-        for y in ys:
-            total += y
-            running.append(total)
-        cum.plot(xs, running, marker="o", markersize=3, label=label)
+        cum.plot(xs, list(itertools.accumulate(ys)), marker="o", markersize=3, label=label)
     per.set_title("Tokens per iteration")
     cum.set_title("Cumulative tokens")
     for ax in (per, cum):
