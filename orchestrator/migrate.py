@@ -149,7 +149,8 @@ def _split_blocks(text: str) -> tuple[list[str], list[tuple[str, list[str]]]]:
     """Header lines, then (heading, body lines) blocks. `## ` headings when there are any;
     otherwise paragraphs starting at column 0 (bracketed logs, list-style logs)."""
     lines = _lines(text)
-    starts = [i for i, ln in enumerate(lines) if _H2.match(ln)]
+    fenced = _fenced(lines)
+    starts = [i for i, ln in enumerate(lines) if _H2.match(ln) and i not in fenced]
     if not starts:
         starts = _paragraph_starts(lines)
     if not starts:
@@ -159,6 +160,19 @@ def _split_blocks(text: str) -> tuple[list[str], list[tuple[str, list[str]]]]:
         end = starts[n + 1] if n + 1 < len(starts) else len(lines)
         blocks.append((lines[s], lines[s + 1 : end]))
     return lines[: starts[0]], blocks
+
+
+def _fenced(lines: list[str]) -> set[int]:
+    """Lines inside ``` or ~~~ code fences: a pasted "## " there is not a section."""
+    inside: set[int] = set()
+    fence: str | None = None
+    for i, ln in enumerate(lines):
+        m = re.match(r" {0,3}(`{3,}|~{3,})", ln)
+        if m:
+            fence = None if fence and m.group(1)[0] == fence else (fence or m.group(1)[0])
+        elif fence:
+            inside.add(i)
+    return inside
 
 
 def _paragraph_starts(lines: list[str]) -> list[int]:
@@ -303,7 +317,7 @@ def _marked_block(body: list[str], i: int) -> tuple[list[str], int]:
             ind = _indent(nxt)
             if ind <= m_ind and (item_ind > m_ind or not _BULLET.match(nxt)):
                 break
-            if nxt.strip() in ("---", "***") or nxt.lstrip().startswith("#"):
+            if nxt.strip() in ("---", "***") or (ind <= m_ind and nxt.startswith("#")):
                 break
             if ind <= m_ind and (_FILES_LINE.match(nxt) or _META.match(nxt)):
                 break

@@ -217,3 +217,17 @@ def test_killed_migrate_is_completed_or_rolled_back(tmp_path: Path, corpus: Path
         done = subprocess.run([*ralph, "compact", mode], cwd=root, capture_output=True)
         assert done.returncode == 0
         assert _tree(root) == (expected if mode == "--recover" else before)
+
+
+def test_heading_inside_a_code_fence_is_not_a_section() -> None:
+    text = ("# Ralph Progress Log\n---\n\n## 2026-01-01 - US-001\n- did it\n"
+            "- **Learnings for future iterations:**\n  - the template looks like:\n"
+            "    ```md\n    ## Not a section\n    ```\n---\n")
+    new, refs = migrate.build_memory(text)
+    assert new.count("\n- US-001") == 1 and "Not a section" not in new
+    assert any("    ## Not a section\n    ```" in r for r in refs.values())
+    top = ("# Log\n\n## 2026-01-01 - US-001\nNotes:\n```md\n## Pasted heading\n```\n"
+           "## 2026-01-02 - US-002\n- more\n")
+    new, refs = migrate.build_memory(top)
+    assert "- US-001 (2026-01-01)" in new and "- US-002 (2026-01-02)" in new
+    assert "Pasted" not in new and any("## Pasted heading" in r for r in refs.values())
