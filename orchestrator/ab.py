@@ -60,8 +60,10 @@ def _overlay_uncommitted(root: Path, dest: Path) -> None:
     entries = git.status(root)
     if entries is None:
         raise FatalError(f"{root}: git status failed; is this a readable git repository?")
-    for entry in entries:
-        src, dst = root / entry.path, dest / entry.path
+    # A staged rename's source is gone from the working copy too: mirror that as a deletion.
+    paths = [p for e in entries for p in (e.path, e.orig) if p is not None]
+    for path in paths:
+        src, dst = root / path, dest / path
         if src.is_file():
             dst.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, dst)

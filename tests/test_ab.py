@@ -14,7 +14,7 @@ from pathlib import Path
 import pexpect
 import pytest
 
-from orchestrator import examples, report
+from orchestrator import ab, examples, report
 from orchestrator.cli import main
 
 ENV = dict(os.environ, PYTHONUNBUFFERED="1")
@@ -164,3 +164,22 @@ def test_demo_without_git_is_an_error_message_not_a_traceback(
     monkeypatch.setenv("PATH", str(tmp_path))  # nothing to run, git included
     assert main(["demo", "--into", str(tmp_path / "d"), "1"]) == 2
     assert "ralph: error: cannot run git" in capsys.readouterr().err
+
+
+def test_workspace_mirrors_a_staged_rename_and_an_untracked_file(tmp_path: Path) -> None:
+    root = tmp_path / "proj"
+    root.mkdir()
+    for args in (["init", "-q"], ["config", "user.email", "t@t"], ["config", "user.name", "t"]):
+        subprocess.run(["git", *args], cwd=root, check=True)
+    (root / "old.txt").write_text("kept content\n")
+    subprocess.run(["git", "add", "-A"], cwd=root, check=True)
+    subprocess.run(["git", "commit", "-qm", "base"], cwd=root, check=True)
+    subprocess.run(["git", "mv", "old.txt", "new.txt"], cwd=root, check=True)
+    (root / "notes.md").write_text("untracked\n")
+    dest = tmp_path / "arm"
+    ab.make_workspace(root, dest, "ralph/logs")
+    assert sorted(p.name for p in dest.iterdir() if p.name != ".git") == ["new.txt", "notes.md"]
+    assert (dest / "new.txt").read_text() == "kept content\n"
+    status = subprocess.run(["git", "status", "--porcelain"], cwd=dest, capture_output=True,
+                            text=True, check=True).stdout
+    assert status == ""  # the overlay is committed in the copy, so the arm starts clean
