@@ -9,14 +9,13 @@ with the ralph logs folder excluded (the ledger and transcripts change every ite
 from __future__ import annotations
 
 import hashlib
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from orchestrator import checks, fsutil, limits, runner
+from orchestrator import checks, fsutil, git, limits, runner
 from orchestrator.errors import InputError
 
 if TYPE_CHECKING:
@@ -24,14 +23,6 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger()
 SENTINEL = "<promise>COMPLETE</promise>"
-
-
-def _git(root: Path, *args: str) -> str | None:
-    try:
-        out = subprocess.run(["git", *args], cwd=root, capture_output=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return out.stdout.decode("utf-8", "replace") if out.returncode == 0 else None
 
 
 @dataclass(frozen=True)
@@ -44,12 +35,16 @@ class WorkState:
 
     @classmethod
     def capture(cls, root: Path, exclude: list[str]) -> WorkState:
-        head = _git(root, "rev-parse", "--verify", "-q", "HEAD")
+        head = git.head(root)
         spec = ["--", "."] + [f":(exclude){e}" for e in exclude]
-        status = _git(root, "status", "--porcelain=v1", "-uall", *spec)
+        status = git.output(
+            ["--no-optional-locks", "status", "--porcelain=v1", "-uall", *spec], root
+        )
         if status is None:
             return cls(head=None, tree=None)
-        diff = _git(root, "diff", "HEAD", "--no-ext-diff", "--binary", *spec) if head else ""
+        diff = (
+            git.output(["diff", "HEAD", "--no-ext-diff", "--binary", *spec], root) if head else ""
+        )
         h = hashlib.sha256((status + "\0" + (diff or "")).encode())
         # Untracked files are in `status` by name only: hash their content too.
         for line in status.splitlines():

@@ -1,1 +1,4 @@
-"""Data package: prompt and config templates shipped with ralph-index (read via importlib.resources)."""
+"""Data package: prompt and config templates shipped with ralph-index.
+
+Read with importlib.resources.
+"""
