@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from orchestrator import git, report
+from orchestrator import git, ledger, report
 from orchestrator.errors import FatalError
 
 ARMS = ("indexed", "full")
@@ -101,7 +101,7 @@ def _progress(arm: ArmRun) -> str:
     if not arm.ledger.is_file():
         return f"{arm.name}: starting"
     try:
-        rows = [r for r in report.read_records(arm.ledger) if r.get("event") == "iteration"]
+        rows = ledger.iterations(ledger.read(arm.ledger, strict=True))
     except FatalError:
         return f"{arm.name}: ?"
     passed = sum(1 for r in rows if r.get("outcome") == "passed")
@@ -190,6 +190,11 @@ def run_ab(
                 _start(arm, _arm_argv(arm.name, ralph_dir_rel, opts))
             _wait(batch, on_status)
         for arm in arms:
+            if arm.exit_code not in (0, 1):  # 0: all stories pass; 1: iterations used up
+                on_status(
+                    f"warning: arm '{arm.name}' stopped with exit {arm.exit_code} "
+                    f"(see {arm.log}); its report covers the iterations it ran"
+                )
             _collect(arm, out / arm.name, logs_rel)
         loaded = [report.load_arm(out / a.name / "ledger.jsonl", name=a.name) for a in arms]
         return report.write_report(loaded, out)

@@ -24,6 +24,8 @@ from typing import Any
 
 import structlog
 
+from orchestrator.errors import InputError
+
 log = structlog.get_logger()
 
 OUTCOMES = ("passed", "no_progress", "failed", "timeout", "interrupted", "error")
@@ -83,10 +85,16 @@ class Ledger:
         self.close()
 
 
-def read(path: Path) -> list[dict[str, Any]]:
-    """All records in file order; [] when the ledger does not exist yet."""
+def read(path: Path, *, strict: bool = False) -> list[dict[str, Any]]:
+    """All records in file order; [] when the ledger does not exist yet.
+
+    A damaged line (e.g. a run killed mid-write) is skipped with a warning, so status and
+    compaction keep working; `strict` (reports, whose numbers must be complete) raises an
+    InputError naming the file and line instead, and also for a missing ledger."""
     path = Path(path)
     if not path.exists():
+        if strict:
+            raise InputError(f"{path}: no such ledger (run `ralph run` first, or check the path)")
         return []
     records: list[dict[str, Any]] = []
     with path.open(encoding="utf-8", errors="replace") as f:
@@ -95,7 +103,11 @@ def read(path: Path) -> list[dict[str, Any]]:
                 continue
             try:
                 obj = json.loads(line)
-            except json.JSONDecodeError:
+            except json.JSONDecodeError as exc:
+                if strict:
+                    raise InputError(
+                        f"{path}:{lineno}: not a JSON ledger line ({exc.msg})"
+                    ) from None
                 log.warning("ledger line skipped", file=str(path), line=lineno)
                 continue
             if isinstance(obj, dict):

@@ -14,8 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestrator import tokens
-from orchestrator.errors import InputError
+from orchestrator import ledger, tokens
 from orchestrator.fsutil import atomic_write_bytes, atomic_write_text
 
 
@@ -103,24 +102,9 @@ def _row(rec: dict[str, Any]) -> IterationRow:
     )
 
 
-def read_records(path: Path) -> list[dict[str, Any]]:
-    """Ledger lines as dicts; a malformed line is an error naming the file and line."""
-    if not path.is_file():
-        raise InputError(f"{path}: no such ledger (run `ralph run` first, or check the path)")
-    records = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError as exc:
-            raise InputError(f"{path}:{n}: not a JSON ledger line ({exc.msg})") from None
-    return records
-
-
 def load_arm(path: Path, name: str | None = None, run_id: str | None = None) -> Arm:
     """The iterations of one run in a ledger: `run_id`, else the ledger's last run."""
-    records = read_records(Path(path))
+    records = ledger.read(Path(path), strict=True)
     iterations = [r for r in records if r.get("event") == "iteration"]
     if run_id is None and iterations:
         run_id = iterations[-1].get("run_id")
