@@ -22,7 +22,6 @@ INDEX_HEADING = "## Progress Index"
 ARCHIVED_HEADING = "## Archived"
 HISTORY_HEADING = "## Migrated History"
 _RESERVED = ("## progress index", "## archived", "## codebase patterns", "## migrated history")
-_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 _SEPARATOR = re.compile(r"^:?-{3,}:?$")
 _NEAR = 0.85  # difflib ratio between two words that counts as the same word (typos)
 
@@ -62,15 +61,11 @@ def split_row(line: str) -> list[str] | None:
 
 def sections(lines: list[str]) -> list[tuple[str, int, int]]:
     """(heading, start, end) of every `## ` section, ignoring headings inside code fences."""
-    starts: list[int] = []
-    fence: str | None = None
-    for i, ln in enumerate(lines):
-        m = _FENCE.match(ln)
-        if m:
-            fence = None if fence and m.group(1)[0] == fence else (fence or m.group(1)[0])
-            continue
-        if fence is None and ln.startswith("## ") and not ln.startswith("### "):
-            starts.append(i)
+    from orchestrator.migrate import _fenced  # one reading of code fences for both
+
+    fenced = _fenced(lines)
+    starts = [i for i, ln in enumerate(lines)
+              if i not in fenced and ln.startswith("## ") and not ln.startswith("### ")]
     ends = [*starts[1:], len(lines)] if starts else []
     return [(lines[s].rstrip(), s, e) for s, e in zip(starts, ends, strict=True)]
 

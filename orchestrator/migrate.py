@@ -38,7 +38,10 @@ _FILL = 0.75  # fill references to 75% of the cap: room for the header and later
 _H2 = re.compile(r"^## (?!#)")
 _BRACKET_ENTRY = re.compile(r"(?i)^\[[^\]]{6,40}\]\s*(task|story|feature|iteration)\b\s*[:#-]")
 _DATE = re.compile(r"\b(\d{4}-\d{2}-\d{2})\b")
-_ID = re.compile(r"\b([A-Za-z][A-Za-z0-9]{0,9}-\d+(?:\.\d+)*[a-z]?)\b")
+_ID = re.compile(
+    r"(?<![\w.-])([A-Za-z][A-Za-z0-9]{0,9}-\d+[a-z0-9]*(?:\.\d+)*|[A-Z]{1,5}\d{2,}(?:\.\d+)*)"
+    r"(?![\w-])"
+)
 _LEAD_ID = re.compile(r"^\s*([A-Za-z][\w.]*(?:-[\w.]+)+)\s*(?:\s[-:—–]\s|:|$)")
 _ENTRY_WORD = re.compile(r"(?i)\b(iteration|session|story|task|feature|sprint|step)\s*#?\s*\d")
 _STORY_FIELD = re.compile(r"(?i)^\W*story\W*[:\s]\s*\**\s*([\w.-]*\d[\w.-]*)")
@@ -163,14 +166,20 @@ def _split_blocks(text: str) -> tuple[list[str], list[tuple[str, list[str]]]]:
 
 
 def _fenced(lines: list[str]) -> set[int]:
-    """Lines inside ``` or ~~~ code fences: a pasted "## " there is not a section."""
+    """Lines inside ``` or ~~~ code fences: a pasted "## " there is not a section.
+    CommonMark rules: a backtick opener has no backtick after it (```` ```x``` ```` is
+    inline code); the closer uses the same character, at least as many, and nothing else."""
     inside: set[int] = set()
     fence: str | None = None
     for i, ln in enumerate(lines):
-        m = re.match(r" {0,3}(`{3,}|~{3,})", ln)
-        if m:
-            fence = None if fence and m.group(1)[0] == fence else (fence or m.group(1)[0])
-        elif fence:
+        m = re.match(r" {0,3}(`{3,}|~{3,})(.*)$", ln)
+        if fence is None:
+            if m and not (m.group(1)[0] == "`" and "`" in m.group(2)):
+                fence = m.group(1)
+        elif m and m.group(1)[0] == fence[0] and len(m.group(1)) >= len(fence) \
+                and not m.group(2).strip():
+            fence = None
+        else:
             inside.add(i)
     return inside
 
@@ -214,14 +223,15 @@ def _story_ids(heading: str, body: list[str], known: list[str]) -> list[str]:
                 found.append(sid)
     if found:
         return found
-    ids = [m for m in _ID.findall(head) if m not in found]
-    if ids:
-        return list(dict.fromkeys(ids))
+    # A leading id token ("CD-62r.1 - ...", "scorched-earth-33s - ...") wins over the
+    # pieces of it the generic pattern would find.
     head_wo_date = re.sub(r"^\[[^\]]*\]\s*", "", head)
     head_wo_date = re.sub(r"(?i)^(story|task|feature)\s*[:#]\s*", "", head_wo_date)
     m = _LEAD_ID.match(head_wo_date)
-    if m and len(m.group(1)) <= 32:
-        return [m.group(1)]
+    lead = [m.group(1)] if m and len(m.group(1)) <= 32 else []
+    ids = [i for i in _ID.findall(head) if not any(i in x for x in lead)]
+    if lead or ids:
+        return list(dict.fromkeys(lead + ids))
     for ln in probe[1:]:
         m2 = _STORY_FIELD.match(ln)
         if m2:
@@ -686,9 +696,11 @@ def _summary_title(block: Block, titles: dict[str, str]) -> str:
     head = re.sub(r"^[\s\W]+", "", head).strip(" -:—–*")
     if len(head) < 4:
         for ln in block.body:
-            if ln.strip() and not _META.match(ln) and not _FILES_LINE.match(ln):
+            label_only = re.match(r"^\W*[\w ]{1,24}\W*:\W*\S*\W*$", ln.strip())
+            if ln.strip() and not (_META.match(ln) or _FILES_LINE.match(ln) or label_only
+                                   or ln.lstrip().startswith("#")):
                 head = _bullet_key(ln).strip("*_ ")
-                head = re.sub(r"(?i)^\**(story|changes|implemented)\**\s*:\**\s*", "", head)
+                head = re.sub(r"^\**[\w ]{1,24}\**\s*:\s*\**\s*", "", head)
                 for sid in block.story_ids:
                     head = head.replace(sid, "", 1)
                 head = head.strip(" -:—–*")
@@ -711,7 +723,7 @@ def _summaries(blocks: list[Block], titles: dict[str, str]) -> list[str]:
         if key and key in seen:
             continue  # a retried story: one line per story
         seen[key] = len(lines)
-        src = _source(b, n)
+        src = ",".join(b.story_ids) if b.story_ids else _source(b, n)
         when = f" ({b.date})" if b.date and b.date != src else ""
         lines.append(f"- {src}{when}: {_summary_title(b, titles)}".rstrip(": "))
     return lines

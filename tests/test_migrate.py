@@ -231,3 +231,15 @@ def test_heading_inside_a_code_fence_is_not_a_section() -> None:
     new, refs = migrate.build_memory(top)
     assert "- US-001 (2026-01-01)" in new and "- US-002 (2026-01-02)" in new
     assert "Pasted" not in new and any("## Pasted heading" in r for r in refs.values())
+
+
+@pytest.mark.parametrize("progress", corpus_cases("progress.txt"))
+def test_every_story_heading_keeps_a_summary_line(progress: Path) -> None:
+    """One summary line per past story: every id progress.py reads in a `## ` heading."""
+    text = fsutil.read_text(progress)
+    new, _refs = migrate.build_memory(text, _prd(progress))
+    summaries = new.split(migrate.HISTORY_HEADING, 1)[1]
+    for e in Progress.parse(text).entries:
+        if e.heading.startswith("## "):
+            for sid in e.story_ids:
+                assert f"- {sid}" in summaries or f",{sid}" in summaries, (sid, e.heading)
