@@ -19,6 +19,7 @@ import signal
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -202,6 +203,25 @@ def recent_usage(records: list[dict[str, Any]], window: int) -> tuple[set[str], 
     return used, len(order)
 
 
+def _epoch(ts: Any) -> float | None:
+    try:
+        return datetime.fromisoformat(str(ts).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def stories_since(records: list[dict[str, Any]], since: float) -> int:
+    """Distinct stories the ledger records after `since` (records without a readable
+    timestamp count: better to age a little early than to keep a graveyard)."""
+    ids = set()
+    for r in records:
+        if r.get("event") == "iteration" and r.get("story_id"):
+            t = _epoch(r.get("ts"))
+            if t is None or t > since:
+                ids.add(r["story_id"])
+    return len(ids)
+
+
 def _read_ledger(project: Any) -> list[dict[str, Any]]:
     try:
         from orchestrator import ledger
@@ -242,7 +262,8 @@ def plan(project: Any) -> CompactPlan:
     # 2. ageing, from the ledger
     window = cfg.references.stale_after
     if window:
-        used, n_stories = recent_usage(_read_ledger(project), window)
+        records = _read_ledger(project)
+        used, n_stories = recent_usage(records, window)
         if n_stories < window:
             out.stale_note = (
                 f"ageing skipped: the ledger records {n_stories} stories, fewer than "
@@ -252,6 +273,10 @@ def plan(project: Any) -> CompactPlan:
             for r in live:
                 keys = _ref_keys(r.path) | _ref_keys(r.topic)
                 if audit.norm_topic(r.topic) in always or keys & used or texts.get(r.path) is None:
+                    continue
+                # A reference written (migrated, edited) after those stories has not had
+                # its chance yet: age it only after `window` stories ran since.
+                if stories_since(records, mem.abs(r.path).stat().st_mtime) < window:
                     continue
                 out.stale.append(r)
                 dest = _archived_path(mem, r.path, "")
@@ -293,7 +318,6 @@ def apply(project: Any, p: CompactPlan) -> None:
         else:
             txn.write(path, text)
     txn.commit()
-    log.debug("compact.applied", writes=len(p.writes))
 
 
 # ---------------------------------------------------------------- text helpers

@@ -988,4 +988,3 @@ def apply(project: Any, migration: Migration) -> None:
     for path, text in migration.writes.items():
         txn.write(path, text)
     txn.commit()
-    log.debug("migrate.applied", files=len(migration.writes), archive=str(migration.archive))

@@ -252,3 +252,17 @@ def test_agent_condenses_an_oversized_reference(tmp_path: Path, monkeypatch, cap
         assert now == "# Database schema\n- [US-003] migrations live in db/migrations/\n"
     else:
         assert rc == 1 and "refused" in out and now == big  # topic lost: put back
+
+
+def test_references_newer_than_the_ledger_stories_are_not_aged(tmp_path: Path) -> None:
+    """Right after `ralph migrate`, old ledger stories never had the chance to select the
+    new references: nothing is stale until stale_after stories ran since."""
+    root = make(tmp_path)
+    ledger = root / "ralph/logs/ledger.jsonl"
+    lines = [json.loads(x) for x in ledger.read_text().splitlines()]
+    ledger.write_text("".join(json.dumps({**r, "ts": "2020-01-01T00:00:00Z"}) + "\n"
+                              for r in lines))
+    assert compact.plan(project.locate(root)).stale == []
+    ledger.write_text("".join(json.dumps({**r, "ts": "2999-01-01T00:00:00Z"}) + "\n"
+                              for r in lines))
+    assert [r.topic for r in compact.plan(project.locate(root)).stale] == ["Legacy payments"]
