@@ -21,6 +21,7 @@ project. The bench calls the pure ones directly.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -177,8 +178,15 @@ def _values(inp: Inputs, **parts: str) -> dict[str, str]:
     return vals
 
 
+@functools.lru_cache(maxsize=64)
+def _count(text: str, encoding: str) -> int:
+    """tok.count, remembered: the index and the story come back unchanged in every prompt
+    of an iteration and often across iterations, and each is thousands of tokens to encode."""
+    return tok.count(text, encoding)
+
+
 def _parts(vals: dict[str, str], total: int, names: Sequence[str], enc: str) -> dict[str, int]:
-    counted = {n: tok.count(vals[n], enc) for n in names}
+    counted = {n: _count(vals[n], enc) for n in names}
     # Token counts are not additive across joins; the template gets the remainder.
     return {"template": max(0, total - sum(counted.values())), **counted}
 
@@ -232,7 +240,8 @@ def build_indexed(inp: Inputs, *, with_counterfactual: bool = True) -> Assembled
     index = _index_block(inp)
     base_vals = _values(inp, index=index)
     base = render_template(inp.indexed_template, base_vals)
-    base_n = tok.count(base, enc)
+    # Only a budget needs the fixed part's size (encoding it costs as much as the prompt).
+    base_n = tok.count(base, enc) if inp.budget is not None else 0
     if inp.budget is not None and base_n > inp.budget:
         raise PromptOverBudget(
             f"story {inp.story.id}: the prompt without any reference is {base_n} tokens, "
@@ -250,7 +259,7 @@ def build_indexed(inp: Inputs, *, with_counterfactual: bool = True) -> Assembled
         selection = sel.select(
             query, sources, budget=room, story_hints=getattr(inp.story, "references", None) or (),
             always=inp.always, cutoff=inp.cutoff, blend=inp.blend, ref_cap=inp.ref_cap,
-            stories=inp.stories, encoding=enc,
+            stories=inp.stories, history=inp.progress_text, encoding=enc,
         )
         refs = sel.render(selection, sources)
         vals = {**base_vals, "references": refs}

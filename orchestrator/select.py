@@ -37,6 +37,11 @@ from orchestrator import tokens as tok
 DEFAULT_CUTOFF = 0.45
 # Weight of the whole reference's score in an item's score (the rest is its group's).
 DEFAULT_BLEND = 0.4
+# Weight of recency in a group's score, and its half-life in stories. In a Ralph log the
+# stories just before this one touched the same files more often than any other: when the
+# story's text says little (an id and a title), recency is the best guess left.
+DEFAULT_RECENCY = 0.3
+RECENCY_HALF_LIFE = 5.0
 # BM25 parameters: bm25s's (and Lucene's) defaults.
 _K1, _B = 1.5, 0.75
 # Trimming an over-long item to fewer tokens than this keeps too little of it to be useful.
@@ -197,82 +202,112 @@ def hinted(sources: Sequence[Source], hints: Iterable[str]) -> list[int]:
 
 
 @functools.lru_cache(maxsize=65536)
-def _profile(text: str) -> tuple[int, Counter[str], frozenset[str]]:
-    """(number of terms, term counts, the set of terms) of a text, cached."""
+def _profile(text: str) -> tuple[int, Counter[str]]:
+    """(number of terms, term counts) of a text, cached."""
     terms = tokenize(text)
-    counts = Counter(terms)
-    return len(terms), counts, frozenset(counts)
+    return len(terms), Counter(terms)
 
 
-class _Doc:
-    """A document built from several texts, kept as its length and the query terms' counts:
-    all BM25 needs, and cheap to assemble from cached per-text profiles."""
-
-    __slots__ = ("n", "tf")
-
-    def __init__(self) -> None:
-        self.n = 0
-        self.tf: Counter[str] = Counter()
-
-    def add(self, text: str, query: frozenset[str]) -> None:
-        self.add_hits(*_hits(text, query))
-
-    def add_hits(self, n: int, hits: dict[str, int]) -> None:
-        self.n += n
-        for t, c in hits.items():
-            self.tf[t] += c
+@functools.lru_cache(maxsize=65536)
+def _count_tokens(text: str, encoding: str) -> int:
+    """tiktoken count, cached: the same items are counted at every iteration."""
+    return tok.count(text, encoding)
 
 
-def _hits(text: str, query: frozenset[str]) -> tuple[int, dict[str, int]]:
-    """(number of terms, counts of the query's terms) of a text."""
-    n, counts, present = _profile(text)
-    return n, {t: counts[t] for t in present & query}
+@dataclass(frozen=True)
+class _RefIndex:
+    """What ranking needs of one reference, computed once per reference text and cached:
+    references change little between iterations, and a query only ever looks up its own
+    terms here (an inverted index), so nothing is tokenized again."""
+
+    items: tuple[tuple[str, str], ...]  # (heading, text), as split_items gives them
+    # term -> (rows, counts, the term's count in the whole reference). Rows are the items,
+    # then the contexts (a group's topic and section, counted once per group and section).
+    postings: dict[str, tuple[np.ndarray, np.ndarray, int]]
+    row_keys: tuple[str, ...]  # the group of each row
+    row_lengths: np.ndarray  # the number of terms of each row
+    is_item: np.ndarray  # which rows are items
+    n: int  # terms of the whole reference (topic, items, section headings)
+
+
+@functools.lru_cache(maxsize=8192)
+def _ref_index(topic: str, path: str, text: str) -> _RefIndex:
+    items = split_items(text)
+    keys = tuple(_key(path, _tag(body), heading) for heading, body in items)
+    profiles = [_profile(body) for _, body in items]
+    total, counts = _profile(topic)
+    counts = Counter(counts)
+    first: dict[str, int] = {}
+    headings: set[str] = set()
+    for i, (heading, _) in enumerate(items):
+        first.setdefault(keys[i] + "\n" + heading, i)
+        if heading and heading not in headings:
+            headings.add(heading)
+            profiles_h = _profile(heading)
+            total += profiles_h[0]
+            counts.update(profiles_h[1])
+    ctx = [(i, _profile(f"{topic}\n{items[i][0]}")) for i in first.values()]
+    post: dict[str, tuple[list[int], list[int]]] = {}
+    for row, (n, tf) in enumerate([*profiles, *(p for _, p in ctx)]):
+        for t, c in tf.items():
+            rows, cs = post.setdefault(t, ([], []))
+            rows.append(row)
+            cs.append(c)
+        if row < len(items):
+            total += n
+            counts.update(tf)
+    empty = (np.zeros(0, dtype=int), np.zeros(0))
+    postings = {t: (np.array(r), np.array(c, dtype=float), counts[t]) for t, (r, c) in post.items()}
+    postings.update({t: (*empty, c) for t, c in counts.items() if t not in postings})
+    return _RefIndex(
+        items, postings, keys + tuple(keys[i] for i, _ in ctx),
+        np.array([p[0] for p in profiles] + [p[0] for _, p in ctx], dtype=float),
+        np.arange(len(items) + len(ctx)) < len(items), total)
 
 
 def bm25(query: Sequence[str], docs: Sequence[Sequence[str]]) -> list[float]:
     """BM25 score of each token list for the query (0.0 when nothing matches)."""
-    q = frozenset(query)
-    built = []
-    for d in docs:
-        doc = _Doc()
-        doc.n = len(d)
-        doc.tf.update(t for t in d if t in q)
-        built.append(doc)
-    return _bm25(list(dict.fromkeys(query)), built)
+    terms = list(dict.fromkeys(query))
+    col = {t: j for j, t in enumerate(terms)}
+    tf = np.zeros((len(docs), len(terms)))
+    for i, d in enumerate(docs):
+        for t in d:
+            if t in col:
+                tf[i, col[t]] += 1
+    return _bm25(tf, np.array([len(d) for d in docs], dtype=float)).tolist()
 
 
-def _bm25(terms: list[str], docs: Sequence[_Doc]) -> list[float]:
-    """Lucene BM25 (k1 1.5, b 0.75), vectorised over documents with numpy.
+def _bm25(tf: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Lucene BM25 (k1 1.5, b 0.75) of documents given as query-term counts (rows) and
+    lengths, vectorised with numpy.
 
     The scores are exactly `bm25s`'s default (tests/test_select.py checks them against
     bm25s itself). bm25s indexes every term of every document in Python, several hundred
     ms for 1,000 references; only the query's terms can score, so this works from their
     counts and each document's length alone and stays within a few ms."""
-    if not terms or not docs or not any(d.tf for d in docs):
-        return [0.0] * len(docs)
-    col = {t: j for j, t in enumerate(terms)}
-    tf = np.zeros((len(docs), len(terms)))
-    for i, d in enumerate(docs):
-        for t, c in d.tf.items():
-            tf[i, col[t]] = c
-    length = np.array([max(d.n, 1) for d in docs], dtype=float)
+    if tf.size == 0 or not tf.any():
+        return np.zeros(tf.shape[0])
+    length = np.maximum(lengths, 1.0)
     df = (tf > 0).sum(axis=0)
-    idf = np.log1p((len(docs) - df + 0.5) / (df + 0.5))
+    idf = np.log1p((tf.shape[0] - df + 0.5) / (df + 0.5))
     norm = _K1 * ((1 - _B) + _B * length / length.mean())
-    return [float(x) for x in (idf * tf / (norm[:, None] + tf)).sum(axis=1)]
+    return (idf * tf / (norm[:, None] + tf)).sum(axis=1)
 
 
-def _scaled(xs: list[float]) -> list[float]:
-    top = max(xs, default=0.0)
-    return [x / top for x in xs] if top > 0 else [0.0] * len(xs)
+def _scaled(xs: np.ndarray) -> np.ndarray:
+    top = xs.max(initial=0.0)
+    return xs / top if top > 0 else np.zeros_like(xs)
 
 
-def group_key(chunk: Chunk) -> str:
+def group_key(chunk: Chunk, sources: Sequence[Source]) -> str:
     """Which learnings belong together: items tagged with the same source (`- [US-003] ...`,
     as `ralph migrate` writes them) came from one story, wherever their topic put them;
     untagged items group by their section (one story's block, or one patterns heading)."""
-    tag = _tag(chunk.text)
-    return tag if tag else f"#{chunk.ref}:{chunk.heading}"
+    return _key(sources[chunk.ref].path, _tag(chunk.text), chunk.heading)
+
+
+def _key(path: str, tag: str, heading: str) -> str:
+    return tag if tag else f"#{path}:{heading}"
 
 
 @functools.lru_cache(maxsize=65536)
@@ -281,54 +316,117 @@ def _tag(text: str) -> str:
     return f"[{m.group(1).strip()}]" if m else ""
 
 
-def _tag_ids(key: str) -> list[str]:
-    return [p for p in re.split(r"[\s,;/]+", key.strip("[]")) if p] if key.startswith("[") else []
+@functools.lru_cache(maxsize=65536)
+def _tag_ids(key: str) -> tuple[str, ...]:
+    if not key.startswith("["):
+        return ()
+    return tuple(p for p in re.split(r"[\s,;/]+", key.strip("[]")) if p)
 
 
-def score_items(query: str, sources: Sequence[Source], chunks: Sequence[Chunk],
+_LOG_ID = re.compile(r"(?<![\w.-])([A-Za-z][\w.]*-[\w.-]*\d[\w.]*|\d+(?:\.\d+)+)(?![\w-])")
+
+
+def story_order(history: str) -> dict[str, int]:
+    """Story id -> position of its last mention in the log (an append-only file: later is
+    more recent). Ids the log never mentions have no position."""
+    out: dict[str, int] = {}
+    for m in _LOG_ID.finditer(history):
+        out[m.group(1).rstrip(".")] = m.start()
+    return out
+
+
+def _recency(keys: Sequence[str], order: Mapping[str, int], half_life: float) -> np.ndarray:
+    """Per group: 0.5 ** (its rank among the groups by recency / half-life); 0 for groups
+    whose story the log never names (untagged sections, stories from another log)."""
+    pos = [max((order[i] for i in _tag_ids(k) if i in order), default=-1) for k in keys]
+    ranked = sorted((g for g, p in enumerate(pos) if p >= 0), key=lambda g: (-pos[g], keys[g]))
+    out = np.zeros(len(keys))
+    for rank, g in enumerate(ranked):
+        out[g] = 0.5 ** (rank / half_life)
+    return out
+
+
+@dataclass
+class _Scored:
+    index: list[_RefIndex]
+    refs: np.ndarray  # each item's reference
+    scores: np.ndarray  # each item's score, in (reference, item) order
+    ref_scores: np.ndarray
+
+
+def _score(query: str, sources: Sequence[Source], blend: float,
+           stories: Mapping[str, str] | None, history: str, recency: float) -> _Scored:
+    terms = list(dict.fromkeys(tokenize(query)))
+    index = [_ref_index(s.topic, s.path, s.text) for s in sources]
+    sizes = np.array([len(ix.items) for ix in index], dtype=int)
+    # Rows: each reference's items then its contexts, one reference after the other.
+    block = np.concatenate(([0], np.cumsum([len(ix.row_keys) for ix in index]))).astype(int)
+    row_keys = [k for ix in index for k in ix.row_keys]
+    names = list(dict.fromkeys(row_keys))
+    gid = {k: g for g, k in enumerate(names)}
+    row_g = np.array([gid[k] for k in row_keys], dtype=int)
+    is_item = np.concatenate([np.zeros(0, dtype=bool), *(ix.is_item for ix in index)])
+    item_g = row_g[is_item]
+    hits, where = [], []
+    ref_tf = np.zeros((len(sources), len(terms)))
+    for r, ix in enumerate(index):
+        post = ix.postings
+        for j, t in enumerate(terms):
+            hit = post.get(t)
+            if hit is not None:
+                ref_tf[r, j] = hit[2]
+                hits.append(hit)
+                where.append((block[r], j))
+    g_tf = np.zeros((len(names), len(terms)))
+    if hits:
+        lens = [len(h[0]) for h in hits]
+        base, cols = (np.repeat(np.array(x, dtype=int), lens) for x in zip(*where, strict=True))
+        rows = np.concatenate([h[0] for h in hits]).astype(int) + base
+        np.add.at(g_tf, (row_g[rows], cols), np.concatenate([h[1] for h in hits]))
+    lengths = np.concatenate([np.zeros(0), *(ix.row_lengths for ix in index)])
+    g_n = np.bincount(row_g, weights=lengths, minlength=len(names))
+    _add_stories(names, stories or {}, {t: j for j, t in enumerate(terms)}, g_tf, g_n)
+    g_score = _scaled(_bm25(g_tf, g_n))
+    refs = _scaled(_bm25(ref_tf, np.array([ix.n for ix in index], dtype=float)))
+    item_ref = np.repeat(np.arange(len(sources)), sizes)
+    g, r = g_score[item_g], refs[item_ref]
+    mixed = np.where(g > 0, (1 - blend) * g + blend * r, 0.0)
+    if recency > 0 and history:
+        rec = _recency(names, story_order(history), RECENCY_HALF_LIFE)
+        mixed = (1 - recency) * mixed + recency * rec[item_g]
+    return _Scored(index, item_ref, np.round(mixed, 6), np.round(refs, 6))
+
+
+def _add_stories(names: list[str], stories: Mapping[str, str], col: dict[str, int],
+                 g_tf: np.ndarray, g_n: np.ndarray) -> None:
+    """The prd.json text of the story each group came from, as part of the group."""
+    if not stories:
+        return
+    for g, k in enumerate(names):
+        for sid in _tag_ids(k):
+            if sid in stories:
+                n, counts = _profile(stories[sid])
+                g_n[g] += n
+                for t in counts.keys() & col.keys():
+                    g_tf[g, col[t]] += counts[t]
+
+
+def score_items(query: str, sources: Sequence[Source], chunks: Sequence[Chunk] = (),
                 blend: float = DEFAULT_BLEND, stories: Mapping[str, str] | None = None,
+                history: str = "", recency: float = DEFAULT_RECENCY,
                 ) -> tuple[list[float], list[float]]:
-    """(item scores, reference scores), scaled to [0, 1] and rounded so float noise can never
-    reorder equal candidates between runs.
+    """(item scores in `chunks_of(sources)` order, reference scores), scaled to [0, 1] and
+    rounded so float noise can never reorder equal candidates between runs.
 
     An item scores as its group (the learnings of one story: their text, their topics and,
     when `stories` maps the story ids in the tag to their prd.json text, what that story
-    was about) blended with its whole reference (`blend` is the reference's share). Relevance
-    in a Ralph log is per story: the learnings of a story that touched the same code matter
-    together, so they are ranked together rather than bullet by bullet.
+    was about) blended with its whole reference (`blend` is the reference's share), and
+    then with the group's recency in `history` (the log; `recency` is its share).
+    Relevance in a Ralph log is per story: the learnings of a story that touched the same
+    code matter together, so they are ranked together rather than bullet by bullet.
     """
-    terms = list(dict.fromkeys(tokenize(query)))
-    q = frozenset(terms)
-    keys = [group_key(c) for c in chunks]
-    # Documents are assembled from cached per-text profiles: nothing is tokenized twice.
-    ref_docs = [_Doc() for _ in sources]
-    for doc, src in zip(ref_docs, sources, strict=True):
-        doc.add(src.topic, q)
-    groups: dict[str, _Doc] = {}
-    seen: set[tuple[str, int, str]] = set()
-    for c, k in zip(chunks, keys, strict=True):
-        hits = _hits(c.text, q)  # once per item, for its reference and its group
-        ref_docs[c.ref].add_hits(*hits)
-        doc = groups.get(k)
-        if doc is None:
-            doc = groups[k] = _Doc()
-            for sid in _tag_ids(k):
-                doc.add((stories or {}).get(sid, ""), q)
-        doc.add_hits(*hits)
-        if (k, c.ref, c.heading) not in seen:  # context once per group and section
-            seen.add((k, c.ref, c.heading))
-            doc.add(f"{sources[c.ref].topic}\n{c.heading}", q)
-            if c.heading and ("", c.ref, c.heading) not in seen:
-                seen.add(("", c.ref, c.heading))
-                ref_docs[c.ref].add(c.heading, q)
-    names = list(groups)
-    group_scores = dict(zip(names, _scaled(_bm25(terms, [groups[k] for k in names])),
-                            strict=True))
-    refs = _scaled(_bm25(terms, ref_docs))
-    g = np.array([group_scores[k] for k in keys])
-    r = np.array(refs)[[c.ref for c in chunks]] if chunks else np.zeros(0)
-    mixed = np.where(g > 0, (1 - blend) * g + blend * r, 0.0)
-    return np.round(mixed, 6).tolist(), np.round(np.array(refs), 6).tolist()
+    sc = _score(query, sources, blend, stories, history, recency)
+    return sc.scores.tolist(), sc.ref_scores.tolist()
 
 
 # ----------------------------------------------------------------------------- selection
@@ -345,59 +443,80 @@ def select(
     blend: float = DEFAULT_BLEND,
     ref_cap: int | None = None,
     stories: Mapping[str, str] | None = None,
+    history: str = "",
+    recency: float = DEFAULT_RECENCY,
     encoding: str = tok.DEFAULT_ENCODING,
 ) -> Selection:
     """Pick items for `query` within `budget` tokens (None: no budget, cut-off only).
 
+    `history` is the progress log (story ids in it say which learnings are recent).
     `ref_cap` caps the tokens taken from any one reference (config `references.max_tokens`).
     An item too long for the room left is trimmed at a line boundary when at least
     `_MIN_TRIM` tokens of it fit, else skipped.
     """
-    chunks = chunks_of(sources)
-    scores, ref_scores = score_items(query, sources, chunks, blend, stories)
+    sc = _score(query, sources, blend, stories, history, recency)
     story_refs = hinted(sources, story_hints)
     always_refs = [i for i in hinted(sources, always) if i not in story_refs]
     tier = {r: 0 for r in story_refs} | {r: 1 for r in always_refs}
-    top = max(scores, default=0.0)
-    order = sorted(range(len(chunks)), key=lambda i: (
-        tier.get(chunks[i].ref, 2), -scores[i] if chunks[i].ref not in tier else 0,
-        chunks[i].ref, chunks[i].pos))
+    tiers = np.array([tier.get(r, 2) for r in range(len(sources))], dtype=int)[sc.refs]
+    top = sc.scores.max(initial=0.0)
+    free = tiers == 2
+    passing = free & (sc.scores > 0.0) & (sc.scores >= cutoff * top)
+    # Hinted items first, in file order; then the rest by score (ties: file order).
+    hinted_items = np.flatnonzero(~free)
+    hinted_items = hinted_items[np.argsort(tiers[hinted_items], kind="stable")]
+    ranked = np.flatnonzero(passing)
+    ranked = ranked[np.argsort(-sc.scores[ranked], kind="stable")]
+    stats = _dropped(sc, free, passing, len(sources))
+    offsets = np.concatenate(([0], np.cumsum([len(ix.items) for ix in sc.index])))
     left = budget if budget is not None else 10**12
     per_ref: dict[int, int] = {}
     taken: list[Chunk] = []
-    stats: dict[int, dict] = {}
-    for i in order:
-        c = chunks[i]
-        st = stats.setdefault(c.ref, {"items": 0, "taken": 0, "taken_tokens": 0, "why": set()})
-        st["items"] += 1
-        t = tier.get(c.ref, 2)
-        if t == 2 and (scores[i] <= 0.0 or scores[i] < cutoff * top):
-            st["why"].add("no match" if scores[i] <= 0.0 else "below cut-off")
-            continue
-        n = tok.count(c.text, encoding)
-        room = left if ref_cap is None else min(left, ref_cap - per_ref.get(c.ref, 0))
+    for i in (*hinted_items.tolist(), *ranked.tolist()):
+        r = int(sc.refs[i])
+        pos = i - int(offsets[r])
+        heading, body = sc.index[r].items[pos]
+        c: Chunk | None = Chunk(r, pos, heading, body)
+        st = stats[r]
+        n = _count_tokens(body, encoding)
+        room = left if ref_cap is None else min(left, ref_cap - per_ref.get(r, 0))
         if n > room:
             c = _trim(c, room, encoding) if room >= _MIN_TRIM else None
             st["why"].add("over budget" if room == left else "over references.max_tokens")
             if c is None:
                 continue
-            n = tok.count(c.text, encoding)
+            n = _count_tokens(c.text, encoding)
         left -= n
-        per_ref[c.ref] = per_ref.get(c.ref, 0) + n
+        per_ref[r] = per_ref.get(r, 0) + n
         st["taken"] += 1
         st["taken_tokens"] += n
+        t = tier.get(r, 2)
         st["why"].add(("hint: story" if t == 0 else "always") if t < 2 else "relevant")
         taken.append(c)
-    considered = _considered(sources, ref_scores, stats, tier)
+    considered = _considered(sources, sc.ref_scores.tolist(), stats, tier)
     picked = sorted(taken, key=lambda c: (c.ref, c.pos))
     return Selection(picked, considered, sum(per_ref.values()))
+
+
+def _dropped(sc: _Scored, free: np.ndarray, passing: np.ndarray, n_refs: int) -> dict[int, dict]:
+    """Per reference: its item count and why its items were left out before the budget."""
+    items = np.bincount(sc.refs, minlength=n_refs)
+    zero = np.bincount(sc.refs, weights=free & (sc.scores <= 0.0), minlength=n_refs)
+    low = np.bincount(sc.refs, weights=free & (sc.scores > 0.0) & ~passing, minlength=n_refs)
+    stats: dict[int, dict] = {}
+    for r in range(n_refs):
+        why = {w for w, k in (("no match", zero[r]), ("below cut-off", low[r])) if k}
+        if items[r] == 0:
+            why = {"empty"}
+        stats[r] = {"items": int(items[r]), "taken": 0, "taken_tokens": 0, "why": why}
+    return stats
 
 
 def _considered(sources: Sequence[Source], ref_scores: list[float], stats: dict[int, dict],
                 tier: dict[int, int]) -> list[dict]:
     rows = []
     for r, src in enumerate(sources):
-        st = stats.get(r, {"items": 0, "taken": 0, "taken_tokens": 0, "why": {"empty"}})
+        st = stats[r]
         why = sorted(st["why"], key=_REASON_ORDER.index)
         rows.append({
             "path": src.path, "topic": src.topic, "score": ref_scores[r] if ref_scores else 0.0,

@@ -227,3 +227,25 @@ def test_cli_prints_exactly_the_prompt_and_json_accounting(tmp_path: Path) -> No
     assert all({"score", "tokens", "reason", "taken"} <= set(r) for r in data["considered"])
     bad = subprocess.run(run + ["--story", "US-404"], cwd=root, capture_output=True, text=True)
     assert bad.returncode == 2 and "US-404" in bad.stderr
+
+
+def test_indexed_prompt_prefers_the_latest_stories_learnings_for_a_bare_story(
+        tmp_path: Path) -> None:
+    """A story whose text shares no word with the learnings: the log's order (US-001 then
+    US-004) says which learnings are the most recent, and those are the ones inlined."""
+    log = LOG_ENTRY + "## 2026-01-03 10:00 - US-004\n- Reworked the importer\n---\n"
+    root = make_project(tmp_path, log=log)
+    (root / "ralph" / "references" / "misc.md").write_text(
+        "# Misc\n\n" + "".join(f"- [US-{i:03d}] zzq note {i}\n" for i in (4, 1, 5, 6, 7, 8)))
+    prd = root / "scripts" / "ralph" / "prd.json"
+    data = json.loads(prd.read_text())
+    data["userStories"].append({"id": "US-009", "title": "Polish the onboarding wizard",
+                                "priority": 9, "passes": False})
+    prd.write_text(json.dumps(data))
+    progress = root / "scripts" / "ralph" / "progress.txt"
+    progress.write_text(progress.read_text().replace(
+        "| Release |", "| Misc | ralph/references/misc.md |\n| Release |"))
+    out = assemble(root, "US-009")
+    assert "zzq note 4" in out.text  # US-004 is the latest story the log names
+    assert "zzq note 5" not in out.text  # stories the log never names get no recency
+    assert "zzq note 1" in out.text  # and the story before it (half-life of 5 stories)

@@ -178,3 +178,50 @@ def test_bm25_scores_equal_bm25s() -> None:
     got = sel.bm25(query, docs)
     assert len(got) == len(docs)
     assert all(abs(a - float(b)) < 1e-5 for a, b in zip(got, expected, strict=True))
+
+
+# ----------------------------------------------------------------------------- recency
+
+STEPS = sel.Source(
+    "Work", "ralph/references/work.md",
+    "# Work\n\n" + "".join(f"- [US-{i:03d}] quux detail number {i}\n" for i in range(1, 11)),
+)
+HISTORY = "# Ralph Progress Log\n" + "".join(
+    f"## 2026-01-{i:02d} - US-{i:03d}\n- done\n---\n" for i in (1, 2, 3, 4, 5, 6, 7, 8, 10, 9))
+
+
+def test_story_order_is_the_last_mention_in_the_log() -> None:
+    order = sel.story_order(HISTORY + "see US-001 again\n")
+    assert order["US-001"] > order["US-009"] > order["US-010"] > order["US-002"]
+    assert "US-011" not in order
+
+
+def test_recency_picks_the_latest_stories_when_the_query_says_nothing() -> None:
+    s = sel.select("Polish the onboarding wizard", [STEPS], budget=None, history=HISTORY)
+    got = [sel._tag(c.text) for c in s.chunks]
+    assert "[US-009]" in got and "[US-010]" in got  # the latest two, whatever their ids
+    assert "[US-001]" not in got  # the oldest falls below the cut-off
+    # Without the log (or with recency off) nothing matches, so nothing is taken.
+    assert sel.select("Polish the onboarding wizard", [STEPS], budget=None).chunks == []
+    assert sel.select("Polish the onboarding wizard", [STEPS], budget=None, history=HISTORY,
+                      recency=0.0).chunks == []
+
+
+def test_a_matching_old_story_still_beats_recency() -> None:
+    src = sel.Source("Work", "ralph/references/work.md",
+                     STEPS.text + "- [US-000] the onboarding wizard keeps its steps in wizard.ts\n")
+    hist = "## US-000\n---\n" + HISTORY
+    s = sel.select("Polish the onboarding wizard", [src], budget=None, history=hist)
+    scores, _ = sel.score_items("Polish the onboarding wizard", [src], history=hist)
+    assert scores[-1] == max(scores)  # US-000 matches the query: it ranks first
+    assert "wizard.ts" in sel.render(s, [src])
+
+
+def test_index_is_cached_per_reference_and_scores_do_not_change() -> None:
+    q = "Log out and clear the session cookie"
+    first = sel.score_items(q, SOURCES)
+    sel._ref_index.cache_clear()
+    assert sel.score_items(q, SOURCES) == first
+    assert sel._ref_index.cache_info().misses == len(SOURCES)
+    sel.score_items(q, SOURCES)
+    assert sel._ref_index.cache_info().misses == len(SOURCES)  # second call: all hits
