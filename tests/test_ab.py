@@ -29,6 +29,15 @@ def _tree_digest(root: Path) -> dict[str, str]:
     return out
 
 
+def _slope(ys: list[int]) -> float:
+    """Least-squares tokens per iteration."""
+    n = len(ys)
+    mx, my = (n - 1) / 2, sum(ys) / n
+    return sum((x - mx) * (y - my) for x, y in enumerate(ys)) / sum(
+        (x - mx) ** 2 for x in range(n)
+    )
+
+
 def _ab(project: Path, *args: str, timeout: int = 600) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "orchestrator", "ab", "--tool", "sim", *args],
@@ -67,11 +76,7 @@ def test_ab_runs_both_arms_and_reports_from_their_ledgers(tmp_path: Path) -> Non
         assert totals["output_tokens"] == sum(r["usage"]["output_tokens"] for r in iters)
         assert {r["mode"] for r in iters} == {name}
     full = [r["prompt_tokens"] for r in arms["full"]["iterations"]]
-    indexed = [r["prompt_tokens"] for r in arms["indexed"]["iterations"]]
-    # The full arm's prompt grows with the history; the indexed arm's stays nearly flat.
-    assert full == sorted(full) and full[-1] > 2 * full[0]
-    assert indexed[-1] - indexed[0] < (full[-1] - full[0]) / 2
-    assert indexed[-1] < full[-1]
+    assert full == sorted(full) and full[-1] > 2 * full[0]  # the full arm grows with history
     assert data["saving"]["prompt_tokens"]["pct"] > 0
     assert (out / "ab-tokens.png").stat().st_size > 10_000
     assert "saving (indexed vs full)" in res.stdout
@@ -140,11 +145,12 @@ def test_report_command_reproduces_the_ab_report(tmp_path: Path) -> None:
     assert report.load_arm(out / "full" / "ledger.jsonl").mode == "full"
 
 
-def test_demo_copies_the_example_into_a_new_repo_and_reports_both_arms(tmp_path: Path) -> None:
+def test_demo_runs_the_whole_example_full_grows_indexed_stays_flat(tmp_path: Path) -> None:
+    """The README's main command, as a user runs it: every story in both arms."""
     dest = tmp_path / "demo"
     res = subprocess.run(
-        [sys.executable, "-m", "orchestrator", "demo", "--into", str(dest), "2"],
-        cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=600,
+        [sys.executable, "-m", "orchestrator", "demo", "--into", str(dest)],
+        cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=900,
     )
     assert res.returncode == 0, res.stdout + res.stderr
     log = subprocess.run(["git", "log", "--format=%s"], cwd=dest, capture_output=True,
@@ -152,8 +158,21 @@ def test_demo_copies_the_example_into_a_new_repo_and_reports_both_arms(tmp_path:
     assert log.strip().splitlines()[-1] == "Initial commit: recipe-box example"
     written = dest / "ab-report"
     data = json.loads((written / "ab-report.json").read_text())
-    assert [(a["name"], a["totals"]["iterations"]) for a in data["arms"]] == [
-        ("indexed", 2), ("full", 2)]
+    stories = len(json.loads((dest / "scripts/ralph/prd.json").read_text())["userStories"])
+    arms = {a["name"]: a for a in data["arms"]}
+    for arm in arms.values():
+        assert arm["totals"]["stories_completed"] == stories
+        assert arm["totals"]["check_failures"] == 0
+    full = [r["prompt_tokens"] for r in arms["full"]["iterations"]]
+    indexed = [r["prompt_tokens"] for r in arms["indexed"]["iterations"]]
+    # Full grows with the log (past 15k tokens). Indexed varies with what each story needs but
+    # is bounded by the selection: over the second half its trend is a small fraction of
+    # full's, and it never comes near full's size.
+    assert full == sorted(full) and full[-1] > 15_000
+    half = len(indexed) // 2
+    assert _slope(indexed[half:]) < _slope(full[half:]) / 4
+    assert max(indexed) < full[-1] / 3
+    assert data["saving"]["prompt_tokens"]["pct"] > 50
     assert "stories completed" in res.stdout
     assert f"report: {written / 'ab-report.md'}\nchart:  {written / 'ab-tokens.png'}" in res.stdout
 
