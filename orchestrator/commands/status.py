@@ -53,9 +53,9 @@ def render(st: dict, console: Console) -> None:
         t = Table(title="index and references", title_justify="left", box=box.SIMPLE_HEAD,
                   pad_edge=False)
         widest = max(len(r["path"]) for r in st["references"])
-        t.add_column("topic", no_wrap=True, overflow="ellipsis", min_width=16)
+        t.add_column("topic", no_wrap=True, overflow="ellipsis", max_width=24)
         # A path is never cut or wrapped: it is what the user copies.
-        t.add_column("path", no_wrap=True, min_width=min(widest, 60))
+        t.add_column("path", no_wrap=True, min_width=min(widest, 46))
         t.add_column("tokens", justify="right")
         t.add_column("note")
         for r in st["references"]:
