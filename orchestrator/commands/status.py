@@ -54,12 +54,12 @@ def render(st: dict, console: Console) -> None:
                   pad_edge=False)
         widest = max(len(r["path"]) for r in st["references"])
         t.add_column("topic", no_wrap=True, overflow="ellipsis", max_width=24)
-        # A path is never cut or wrapped: it is what the user copies.
-        t.add_column("path", no_wrap=True, min_width=min(widest, 46))
         t.add_column("tokens", justify="right")
+        # A path is what the user copies: it goes last, never wrapped.
+        t.add_column("path", no_wrap=True, min_width=min(widest, 46))
         t.add_column("note")
         for r in st["references"]:
-            t.add_row(r["topic"] or "-", r["path"], fmt(r["tokens"]) if r["exists"] else "-",
+            t.add_row(r["topic"] or "-", fmt(r["tokens"]) if r["exists"] else "-", r["path"],
                       r["note"])
         console.print(t)
     last = st["last_run"]
