@@ -54,7 +54,7 @@ def render(st: dict, console: Console) -> None:
                   pad_edge=False)
         widest = max(len(r["path"]) for r in st["references"])
         t.add_column("topic", no_wrap=True, overflow="ellipsis", max_width=24)
-        t.add_column("tokens", justify="right")
+        t.add_column("tokens", justify="right", no_wrap=True, min_width=6)
         # A path is what the user copies: it goes last, never wrapped.
         t.add_column("path", no_wrap=True, min_width=min(widest, 46))
         t.add_column("note")
