@@ -259,7 +259,7 @@ def build_indexed(inp: Inputs, *, with_counterfactual: bool = True) -> Assembled
         selection = sel.select(
             query, sources, budget=room, story_hints=getattr(inp.story, "references", None) or (),
             always=inp.always, cutoff=inp.cutoff, blend=inp.blend, ref_cap=inp.ref_cap,
-            stories=inp.stories, history=inp.progress_text, encoding=enc,
+            stories=_other_stories(inp), history=inp.progress_text, encoding=enc,
         )
         refs = sel.render(selection, sources)
         vals = {**base_vals, "references": refs}
@@ -280,6 +280,14 @@ def build_indexed(inp: Inputs, *, with_counterfactual: bool = True) -> Assembled
         text, "indexed", n, parts, full_n, [sources[r].path for r in selection.refs], considered,
         inp.indexed_template.name, str(inp.story.id),
     )
+
+
+def _other_stories(inp: Inputs) -> dict[str, str]:
+    """prd.json texts for ranking earlier stories' learnings, without this story's own: its
+    id on an earlier learning means a reused id (another PRD) or a failed try, and either
+    way this story's text says nothing about what that learning covers."""
+    sid = str(getattr(inp.story, "id", ""))
+    return {k: v for k, v in inp.stories.items() if k != sid}
 
 
 def _query(story: Any) -> str:

@@ -22,6 +22,7 @@ rounded. bench/README.md has the measurements behind these choices.
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -223,7 +224,7 @@ class _RefIndex:
     items: tuple[tuple[str, str], ...]  # (heading, text), as split_items gives them
     # term -> (rows, counts, the term's count in the whole reference). Rows are the items,
     # then the contexts (a group's topic and section, counted once per group and section).
-    postings: dict[str, tuple[np.ndarray, np.ndarray, int]]
+    postings: dict[str, tuple[tuple[int, ...], tuple[int, ...], int]]
     row_keys: tuple[str, ...]  # the group of each row
     row_lengths: np.ndarray  # the number of terms of each row
     is_item: np.ndarray  # which rows are items
@@ -256,9 +257,10 @@ def _ref_index(topic: str, path: str, text: str) -> _RefIndex:
         if row < len(items):
             total += n
             counts.update(tf)
-    empty = (np.zeros(0, dtype=int), np.zeros(0))
-    postings = {t: (np.array(r), np.array(c, dtype=float), counts[t]) for t, (r, c) in post.items()}
-    postings.update({t: (*empty, c) for t, c in counts.items() if t not in postings})
+    # Plain tuples: numpy arrays per term would cost more to build than all the queries
+    # that ever read them (most terms are never asked for).
+    postings = {t: (tuple(r), tuple(c), counts[t]) for t, (r, c) in post.items()}
+    postings.update({t: ((), (), c) for t, c in counts.items() if t not in postings})
     return _RefIndex(
         items, postings, keys + tuple(keys[i] for i, _ in ctx),
         np.array([p[0] for p in profiles] + [p[0] for _, p in ctx], dtype=float),
@@ -323,7 +325,9 @@ def _tag_ids(key: str) -> tuple[str, ...]:
     return tuple(p for p in re.split(r"[\s,;/]+", key.strip("[]")) if p)
 
 
-_LOG_ID = re.compile(r"(?<![\w.-])([A-Za-z][\w.]*-[\w.-]*\d[\w.]*|\d+(?:\.\d+)+)(?![\w-])")
+# Story ids ("US-003", "1.2") and dates (migrate tags a story without an id by its date).
+_LOG_ID = re.compile(
+    r"(?<![\w.-])([A-Za-z][\w.]*-[\w.-]*\d[\w.]*|\d{4}-\d{2}-\d{2}|\d+(?:\.\d+)+)(?![\w-])")
 
 
 def story_order(history: str) -> dict[str, int]:
@@ -381,8 +385,10 @@ def _score(query: str, sources: Sequence[Source], blend: float,
     if hits:
         lens = [len(h[0]) for h in hits]
         base, cols = (np.repeat(np.array(x, dtype=int), lens) for x in zip(*where, strict=True))
-        rows = np.concatenate([h[0] for h in hits]).astype(int) + base
-        np.add.at(g_tf, (row_g[rows], cols), np.concatenate([h[1] for h in hits]))
+        n = int(sum(lens))
+        rows = np.fromiter(itertools.chain.from_iterable(h[0] for h in hits), int, n) + base
+        vals = np.fromiter(itertools.chain.from_iterable(h[1] for h in hits), float, n)
+        np.add.at(g_tf, (row_g[rows], cols), vals)
     lengths = np.concatenate([np.zeros(0), *(ix.row_lengths for ix in index)])
     g_n = np.bincount(row_g, weights=lengths, minlength=len(names))
     _add_stories(names, stories or {}, {t: j for j, t in enumerate(terms)}, g_tf, g_n)

@@ -249,3 +249,18 @@ def test_indexed_prompt_prefers_the_latest_stories_learnings_for_a_bare_story(
     assert "zzq note 4" in out.text  # US-004 is the latest story the log names
     assert "zzq note 5" not in out.text  # stories the log never names get no recency
     assert "zzq note 1" in out.text  # and the story before it (half-life of 5 stories)
+
+
+def test_an_earlier_story_with_the_same_id_is_not_ranked_by_this_storys_text(
+        tmp_path: Path) -> None:
+    """Ids are reused across PRDs: learnings tagged with this story's id came from another
+    story (or a failed try of this one, which recency finds). Giving them this story's
+    prd.json text would make them match perfectly whatever they say."""
+    root = make_project(tmp_path)
+    (root / "ralph" / "references" / "widgets.md").write_text(
+        "# Widgets\n\n- [US-002] qqz widget detail\n- [US-001] other widget detail\n")
+    progress = root / "scripts" / "ralph" / "progress.txt"
+    progress.write_text(progress.read_text().replace(
+        "| Release |", "| Widgets | ralph/references/widgets.md |\n| Release |"))
+    out = assemble(root)
+    assert "logout must clear it" in out.text and "qqz" not in out.text

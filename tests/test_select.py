@@ -225,3 +225,13 @@ def test_index_is_cached_per_reference_and_scores_do_not_change() -> None:
     assert sel._ref_index.cache_info().misses == len(SOURCES)
     sel.score_items(q, SOURCES)
     assert sel._ref_index.cache_info().misses == len(SOURCES)  # second call: all hits
+
+
+def test_story_order_knows_dates_for_stories_without_an_id() -> None:
+    # `ralph migrate` tags the learnings of an entry without a story id by its date.
+    order = sel.story_order("## 2026-01-30 - fix\n## 2026-02-02 - more\n## 1.2 - x\n")
+    assert order["2026-02-02"] > order["2026-01-30"] and "1.2" in order
+    src = sel.Source("W", "w.md", "# W\n\n- [2026-01-30] old quux\n- [2026-02-02] new quux\n")
+    scores, _ = sel.score_items("nothing alike", [src],
+                                history="## 2026-01-30 - a\n## 2026-02-02 - b\n")
+    assert scores[1] > scores[0] > 0
