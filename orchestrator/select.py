@@ -12,7 +12,15 @@ story's title, description, acceptance criteria and notes as the query, at two l
   relevance is per story: the learnings of a story that touched the same code matter
   together, so they are ranked together rather than bullet by bullet;
 - the whole reference (its topic, areas and files say which part of the code it is about).
-An item's score blends the two. Explicit hints come first: a story's own `references` list,
+An item's score blends the two, then blends in its group's *recency*: the rank of its
+story's last mention in progress.txt (an append-only log, so later is more recent), halving
+every RECENCY_HALF_LIFE stories. The stories just before this one touched the same files
+more often than any other, and when a story's text says little, recency is what is left.
+
+Speed: each reference is indexed once per text (its items, their term counts as an
+inverted index, their groups) and cached, so a query looks up only its own terms; group
+scores are numpy sums over the hits; items are counted in tokens only when they pass the
+cut-off, once per text. Explicit hints come first: a story's own `references` list,
 then `references.always`; their items are taken in file order. Then items are taken by score
 while they stay above a relevance cut-off (a share of the best score) and fit the budget and
 the per-reference cap. Same inputs, same selection: ties break on file order, and scores are
