@@ -397,8 +397,8 @@ def inputs_for(project: Any, story: Any, memory: Any, *, notes: Sequence[str] = 
         paths={
             "progress_path": _rel(project.progress_path, project.root),
             "prd_path": _rel(project.prd_path, project.root),
-            "references_dir": getattr(store, "rel_dir", None)
-            or getattr(refs_cfg, "dir", "ralph/references"),
+            "references_dir": str(getattr(store, "rel_dir", None)
+                                  or getattr(refs_cfg, "dir", "ralph/references")),
             "branch": branch,
         },
         stories=stories,
@@ -417,4 +417,5 @@ def assemble(project: Any, story: Any, memory: Any, *, mode: str | None = None,
     progress = memory.progress
     rows = len(getattr(progress, "index_rows", []) or [])
     fresh = bool(getattr(progress, "has_index", False)) and not getattr(progress, "entries", [])
-    return build(inp, mode or getattr(project.config, "mode", "auto"), rows, fresh_index=fresh)
+    return build(inp, str(mode or getattr(project.config, "mode", "auto")), rows,
+                 fresh_index=fresh)

@@ -403,8 +403,8 @@ def _score(query: str, sources: Sequence[Source], blend: float,
     g_score = _scaled(_bm25(g_tf, g_n))
     refs = _scaled(_bm25(ref_tf, np.array([ix.n for ix in index], dtype=float)))
     item_ref = np.repeat(np.arange(len(sources)), sizes)
-    g, r = g_score[item_g], refs[item_ref]
-    mixed = np.where(g > 0, (1 - blend) * g + blend * r, 0.0)
+    g, in_ref = g_score[item_g], refs[item_ref]
+    mixed = np.where(g > 0, (1 - blend) * g + blend * in_ref, 0.0)
     if recency > 0 and history:
         rec = _recency(names, story_order(history), RECENCY_HALF_LIFE)
         mixed = (1 - recency) * mixed + recency * rec[item_g]
@@ -490,16 +490,16 @@ def select(
         r = int(sc.refs[i])
         pos = i - int(offsets[r])
         heading, body = sc.index[r].items[pos]
-        c: Chunk | None = Chunk(r, pos, heading, body)
+        c = Chunk(r, pos, heading, body)
         st = stats[r]
         n = _count_tokens(body, encoding)
         room = left if ref_cap is None else min(left, ref_cap - per_ref.get(r, 0))
         if n > room:
-            c = _trim(c, room, encoding) if room >= _MIN_TRIM else None
+            cut = _trim(c, room, encoding) if room >= _MIN_TRIM else None
             st["why"].add("over budget" if room == left else "over references.max_tokens")
-            if c is None:
+            if cut is None:
                 continue
-            n = _count_tokens(c.text, encoding)
+            c, n = cut, _count_tokens(cut.text, encoding)
         left -= n
         per_ref[r] = per_ref.get(r, 0) + n
         st["taken"] += 1
