@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import json
 import re
-import threading
-import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from dataclasses import dataclass
 from typing import Any
+
+import fake_http
+from fake_http import Hang as Hang
+from fake_http import Text as Text
 
 MODEL = "claude-opus-4-8"
 
@@ -37,13 +38,6 @@ class ToolUse:
     name: str
     input: dict[str, Any]
     text: str | None = None  # optional text block before the tool call
-
-
-@dataclass
-class Text:
-    """The model's final answer for this session (end_turn)."""
-
-    text: str
 
 
 @dataclass
@@ -59,55 +53,24 @@ class Fail:
     should_retry: bool = False
 
 
-@dataclass
-class Hang:
-    """Accept the request and never answer (until `seconds` pass or the server stops)."""
-
-    seconds: float = 600.0
-
-
 Turn = ToolUse | Text | Fail | Hang
 TurnSource = Turn | Callable[["Request"], Turn]
 Script = Callable[[str | None, "Request"], list[TurnSource]] | dict[str, list[TurnSource]]
 
 
+class FailFirst(fake_http.FailFirst):
+    """`fake_http.FailFirst` whose default `fail` is a 429 rate-limit `Fail`."""
 
-class FailFirst:
-    """Play `fail` for the first `n` requests that reach this turn, then `then`.
+    default_fail = Fail
 
-    Keep one instance in the script (not a new one per request): it counts its plays."""
-
-    def __init__(self, n: int, then: TurnSource, fail: Turn | None = None) -> None:
-        self.n = n
-        self.then = then
-        self.fail = fail or Fail()
-        self.played = 0
-        self._lock = threading.Lock()
-
-    def __call__(self, req: Request) -> Turn:
-        with self._lock:
-            self.played += 1
-            if self.played <= self.n:
-                return self.fail
-        return self.then(req) if callable(self.then) else self.then
 
 @dataclass
-class Request:
-    """One logged HTTP request and how it was answered."""
+class Request(fake_http.Request):
+    """One logged HTTP request and how it was answered.
 
-    method: str
-    path: str
-    headers: dict[str, str]
-    size: int  # request body bytes
-    body: dict[str, Any] | None
-    session_id: str | None = None
-    kind: str = "other"  # "main" | "side" | "count_tokens" | "other"
-    story_id: str | None = None
-    turn: int | None = None
-    status: int = 200
-    played: str | None = None  # a short description of the turn played
-    usage: dict[str, Any] | None = None  # the usage this server reported for the reply
-    at: float = field(default_factory=time.time)
+    `kind` is "main" | "side" | "count_tokens" | "other"."""
+
+    session_id: str | None = None  # the X-Claude-Code-Session-Id header
 
     def messages(self) -> list[dict[str, Any]]:
         return list((self.body or {}).get("messages") or [])
@@ -162,8 +125,10 @@ def story_from_prompt(pattern: str = r"\bUS-\d{3}\b") -> Callable[[Request], str
     return resolve
 
 
-class FakeAnthropic:
+class FakeAnthropic(fake_http.ScriptedServer):
     """The server. Use as a context manager; `base_url` goes into ANTHROPIC_BASE_URL."""
+
+    requests: list[Request]
 
     def __init__(
         self,
@@ -173,43 +138,11 @@ class FakeAnthropic:
         cache_read_ratio: float = 0.0,
         model: str = MODEL,
     ) -> None:
-        self.script = script
-        self.resolve_story = resolve_story or story_from_prompt()
+        super().__init__(script, resolve_story or story_from_prompt())
         self.cache_read_ratio = cache_read_ratio
         self.model = model
-        self.requests: list[Request] = []
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(self))
-        self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
-
-    @property
-    def port(self) -> int:
-        return int(self._httpd.server_address[1])
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def __enter__(self) -> FakeAnthropic:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        self._stop.set()  # releases hanging handlers
-        self._httpd.shutdown()
-        self._httpd.server_close()
 
     # -- what tests read -------------------------------------------------------------
-    def main_requests(self, story_id: str | None = None) -> list[Request]:
-        with self._lock:
-            reqs = [r for r in self.requests if r.kind == "main"]
-        return [r for r in reqs if story_id is None or r.story_id == story_id]
-
     def sessions(self) -> dict[str, list[Request]]:
         """Main-model requests grouped by CLI session, in arrival order."""
         out: dict[str, list[Request]] = {}
@@ -222,23 +155,8 @@ class FakeAnthropic:
         return [(reqs[0].story_id, reqs[0].size) for reqs in self.sessions().values()]
 
     # -- playing the script ----------------------------------------------------------
-    def _log(self, req: Request) -> None:
-        with self._lock:
-            self.requests.append(req)
-
-    def turns_for(self, story_id: str | None, req: Request) -> list[TurnSource]:
-        if callable(self.script):
-            return list(self.script(story_id, req))
-        return list(self.script.get(story_id or "", []))
-
-    def pick_turn(self, req: Request) -> Turn:
-        req.story_id = self.resolve_story(req)
-        req.turn = sum(1 for m in req.messages() if m.get("role") == "assistant")
-        turns = self.turns_for(req.story_id, req)
-        if req.turn >= len(turns):
-            return Text(f"(script for {req.story_id} exhausted at turn {req.turn})")
-        turn = turns[req.turn]
-        return turn(req) if callable(turn) else turn
+    def turn_index(self, req: Request) -> int:
+        return sum(1 for m in req.messages() if m.get("role") == "assistant")
 
     def usage_for(self, req: Request, output_text: str) -> dict[str, int]:
         # ~4 bytes a token: close enough for a stand-in model, and it grows with the prompt.
@@ -252,135 +170,93 @@ class FakeAnthropic:
         }
 
 
-def _make_handler(server: FakeAnthropic) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+class _Handler(fake_http.ScriptedHandler):
+    api: FakeAnthropic
+    request_type = Request
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib name
-            pass  # the request log is `server.requests`; keep pytest output clean
+    def _error(self, kind: str, message: str) -> dict[str, Any]:
+        return {"type": "error", "error": {"type": kind, "message": message}}
 
-        def do_HEAD(self) -> None:
-            self.send_response(200)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
+    def get(self, req: Request, path: str) -> None:
+        self._json(200, {"data": [], "has_more": False})
 
-        def do_GET(self) -> None:
-            req = self._request(b"")
-            server._log(req)
-            self._json(200, {"data": [], "has_more": False})
+    def post(self, req: Request, path: str) -> None:
+        if path.endswith("/count_tokens"):
+            req.kind = "count_tokens"
+            self._json(200, {"input_tokens": max(1, req.size // 4)})
+        elif path.endswith("/v1/messages"):
+            self._messages(req)
+        else:
+            self._not_found(req, "not_found_error")
 
-        def do_POST(self) -> None:
-            raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            req = self._request(raw)
-            server._log(req)
-            path = self.path.split("?", 1)[0]
-            if path.endswith("/count_tokens"):
-                req.kind = "count_tokens"
-                self._json(200, {"input_tokens": max(1, req.size // 4)})
-            elif path.endswith("/v1/messages"):
-                self._messages(req)
-            else:
-                req.status = 404
-                self._json(404, _error("not_found_error", f"no route {self.path}"))
+    def _request(self, raw: bytes) -> Request:
+        req: Request = super()._request(raw)
+        req.session_id = req.headers.get("x-claude-code-session-id")
+        return req
 
-        def _request(self, raw: bytes) -> Request:
-            try:
-                body = json.loads(raw) if raw else None
-            except ValueError:
-                body = None
-            headers = {k.lower(): v for k, v in self.headers.items()}
-            return Request(
-                method=self.command,
-                path=self.path,
-                headers=headers,
-                size=len(raw),
-                body=body if isinstance(body, dict) else None,
-                session_id=headers.get("x-claude-code-session-id"),
+    def _json_headers(self) -> dict[str, str]:
+        return {"request-id": f"req_{uuid.uuid4().hex[:16]}"}
+
+    def _messages(self, req: Request) -> None:
+        body = req.body or {}
+        if not body.get("tools"):
+            # A side query (e.g. a small-model helper call): answer plainly.
+            req.kind = "side"
+            self._reply(req, [], "ok", stream=bool(body.get("stream")))
+            return
+        req.kind = "main"
+        turn = self.api.pick_turn(req)
+        req.played = _describe(turn)
+        if isinstance(turn, Fail):
+            req.status = turn.status
+            extra = {"x-should-retry": "true" if turn.should_retry else "false"}
+            if turn.retry_after is not None:
+                extra["retry-after"] = str(turn.retry_after)
+            self._json(turn.status, self._error(turn.error_type, turn.message), extra)
+        elif isinstance(turn, Hang):
+            self._hang(turn.seconds)
+        elif isinstance(turn, ToolUse):
+            blocks: list[dict[str, Any]] = []
+            if turn.text:
+                blocks.append({"type": "text", "text": turn.text})
+            blocks.append(
+                {
+                    "type": "tool_use",
+                    "id": f"toolu_{uuid.uuid4().hex[:20]}",
+                    "name": turn.name,
+                    "input": turn.input,
+                }
             )
+            self._reply(req, blocks, "tool_use", stream=bool(body.get("stream")))
+        else:
+            blocks = [{"type": "text", "text": turn.text}]
+            self._reply(req, blocks, "end_turn", stream=bool(body.get("stream")))
 
-        def _messages(self, req: Request) -> None:
-            body = req.body or {}
-            if not body.get("tools"):
-                # A side query (e.g. a small-model helper call): answer plainly.
-                req.kind = "side"
-                self._reply(req, [], "ok", stream=bool(body.get("stream")))
-                return
-            req.kind = "main"
-            turn = server.pick_turn(req)
-            req.played = _describe(turn)
-            if isinstance(turn, Fail):
-                req.status = turn.status
-                extra = {"x-should-retry": "true" if turn.should_retry else "false"}
-                if turn.retry_after is not None:
-                    extra["retry-after"] = str(turn.retry_after)
-                self._json(turn.status, _error(turn.error_type, turn.message), extra)
-            elif isinstance(turn, Hang):
-                server._stop.wait(turn.seconds)
-                self.close_connection = True
-            elif isinstance(turn, ToolUse):
-                blocks: list[dict[str, Any]] = []
-                if turn.text:
-                    blocks.append({"type": "text", "text": turn.text})
-                blocks.append(
-                    {
-                        "type": "tool_use",
-                        "id": f"toolu_{uuid.uuid4().hex[:20]}",
-                        "name": turn.name,
-                        "input": turn.input,
-                    }
-                )
-                self._reply(req, blocks, "tool_use", stream=bool(body.get("stream")))
-            else:
-                blocks = [{"type": "text", "text": turn.text}]
-                self._reply(req, blocks, "end_turn", stream=bool(body.get("stream")))
-
-        def _reply(
-            self, req: Request, blocks: list[dict[str, Any]], stop: str, *, stream: bool
-        ) -> None:
-            if not blocks:
-                blocks = [{"type": "text", "text": stop}]
-                stop = "end_turn"
-            usage = server.usage_for(req, json.dumps(blocks))
-            req.usage = usage
-            message = {
-                "id": f"msg_{uuid.uuid4().hex[:24]}",
-                "type": "message",
-                "role": "assistant",
-                "model": (req.body or {}).get("model") or server.model,
-                "content": blocks,
-                "stop_reason": stop,
-                "stop_sequence": None,
-                "usage": usage,
-            }
-            if not stream:
-                self._json(200, message)
-                return
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.send_header("Cache-Control", "no-cache")
-            self.send_header("Connection", "close")
-            self.end_headers()
-            self.close_connection = True
-            for event, data in _sse_events(message):
-                self.wfile.write(f"event: {event}\ndata: {json.dumps(data)}\n\n".encode())
-            self.wfile.flush()
-
-        def _json(self, status: int, data: Any, extra: dict[str, str] | None = None) -> None:
-            raw = json.dumps(data).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(raw)))
-            self.send_header("request-id", f"req_{uuid.uuid4().hex[:16]}")
-            for k, v in (extra or {}).items():
-                self.send_header(k, v)
-            self.end_headers()
-            self.wfile.write(raw)
-
-    return Handler
+    def _reply(
+        self, req: Request, blocks: list[dict[str, Any]], stop: str, *, stream: bool
+    ) -> None:
+        if not blocks:
+            blocks = [{"type": "text", "text": stop}]
+            stop = "end_turn"
+        usage = self.api.usage_for(req, json.dumps(blocks))
+        req.usage = usage
+        message = {
+            "id": f"msg_{uuid.uuid4().hex[:24]}",
+            "type": "message",
+            "role": "assistant",
+            "model": (req.body or {}).get("model") or self.api.model,
+            "content": blocks,
+            "stop_reason": stop,
+            "stop_sequence": None,
+            "usage": usage,
+        }
+        if not stream:
+            self._json(200, message)
+            return
+        self._sse(_sse_events(message))
 
 
-def _error(kind: str, message: str) -> dict[str, Any]:
-    return {"type": "error", "error": {"type": kind, "message": message}}
+FakeAnthropic.handler = _Handler
 
 
 def _describe(turn: Turn) -> str:
@@ -405,8 +281,11 @@ def _sse_events(message: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
             events.append(
                 (
                     "content_block_start",
-                    {"type": "content_block_start", "index": i,
-                     "content_block": {"type": "text", "text": ""}},
+                    {
+                        "type": "content_block_start",
+                        "index": i,
+                        "content_block": {"type": "text", "text": ""},
+                    },
                 )
             )
             delta = {"type": "text_delta", "text": block["text"]}
@@ -414,8 +293,11 @@ def _sse_events(message: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
             events.append(
                 (
                     "content_block_start",
-                    {"type": "content_block_start", "index": i,
-                     "content_block": dict(block, input={})},
+                    {
+                        "type": "content_block_start",
+                        "index": i,
+                        "content_block": dict(block, input={}),
+                    },
                 )
             )
             delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}

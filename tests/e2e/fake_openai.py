@@ -16,13 +16,15 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from dataclasses import dataclass
 from typing import Any
+
+import fake_http
+from fake_http import Hang as Hang
+from fake_http import Text as Text
 
 MODEL = "gpt-5.5-codex"
 # Items the model produced; counting them in `input` tells which turn comes next.
@@ -75,11 +77,6 @@ class Call:
 
 
 @dataclass
-class Text:
-    text: str
-
-
-@dataclass
 class Fail:
     status: int = 429
     message: str = "You've hit your usage limit. Try again in 1 second."
@@ -89,50 +86,20 @@ class Fail:
     resets_in: int | None = None
 
 
-@dataclass
-class Hang:
-    seconds: float = 600.0
-
-
 Turn = Shell | Patch | Custom | Call | Text | Fail | Hang
 TurnSource = Turn | Callable[["Request"], Turn]
 Script = Callable[[str | None, "Request"], list[TurnSource]] | dict[str, list[TurnSource]]
 
 
+class FailFirst(fake_http.FailFirst):
+    """`fake_http.FailFirst` whose default `fail` is a 429 usage-limit `Fail`."""
 
-class FailFirst:
-    """Play `fail` for the first `n` requests that reach this turn, then `then`.
+    default_fail = Fail
 
-    Keep one instance in the script (not a new one per request): it counts its plays."""
-
-    def __init__(self, n: int, then: TurnSource, fail: Turn | None = None) -> None:
-        self.n = n
-        self.then = then
-        self.fail = fail or Fail()
-        self.played = 0
-        self._lock = threading.Lock()
-
-    def __call__(self, req: Request) -> Turn:
-        with self._lock:
-            self.played += 1
-            if self.played <= self.n:
-                return self.fail
-        return self.then(req) if callable(self.then) else self.then
 
 @dataclass
-class Request:
-    method: str
-    path: str
-    headers: dict[str, str]
-    size: int
-    body: dict[str, Any] | None
-    kind: str = "other"
-    story_id: str | None = None
-    turn: int | None = None
-    status: int = 200
-    played: str | None = None
-    usage: dict[str, Any] | None = None  # the usage this server reported for the reply
-    at: float = field(default_factory=time.time)
+class Request(fake_http.Request):
+    """A logged Responses API request; its conversation is `items()` (the `input`)."""
 
     def items(self) -> list[dict[str, Any]]:
         return [i for i in (self.body or {}).get("input") or [] if isinstance(i, dict)]
@@ -185,8 +152,11 @@ def story_from_prompt(pattern: str = r"\bUS-\d{3}\b") -> Callable[[Request], str
     return resolve
 
 
-class FakeOpenAI:
+class FakeOpenAI(fake_http.ScriptedServer):
     """The server; `base_url` (ends in /v1) goes into the codex provider's base_url."""
+
+    requests: list[Request]
+    base_path = "/v1"
 
     def __init__(
         self,
@@ -195,23 +165,8 @@ class FakeOpenAI:
         resolve_story: Callable[[Request], str | None] | None = None,
         cached_ratio: float = 0.0,
     ) -> None:
-        self.script = script
-        self.resolve_story = resolve_story or story_from_prompt()
+        super().__init__(script, resolve_story or story_from_prompt())
         self.cached_ratio = cached_ratio
-        self.requests: list[Request] = []
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(self))
-        self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
-
-    @property
-    def port(self) -> int:
-        return int(self._httpd.server_address[1])
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
 
     def provider_args(self, name: str = "fake") -> list[str]:
         """`-c` flags defining this server as codex's model provider."""
@@ -221,38 +176,8 @@ class FakeOpenAI:
         )
         return ["-c", f"model_provider={name}", "-c", f"model_providers.{name}={provider}"]
 
-    def __enter__(self) -> FakeOpenAI:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        self._stop.set()
-        self._httpd.shutdown()
-        self._httpd.server_close()
-
-    def main_requests(self, story_id: str | None = None) -> list[Request]:
-        with self._lock:
-            reqs = [r for r in self.requests if r.kind == "main"]
-        return [r for r in reqs if story_id is None or r.story_id == story_id]
-
-    def _log(self, req: Request) -> None:
-        with self._lock:
-            self.requests.append(req)
-
-    def pick_turn(self, req: Request) -> Turn:
-        req.story_id = self.resolve_story(req)
-        req.turn = sum(1 for i in req.items() if i.get("type") in _MODEL_ITEMS)
-        if callable(self.script):
-            turns = list(self.script(req.story_id, req))
-        else:
-            turns = list(self.script.get(req.story_id or "", []))
-        if req.turn >= len(turns):
-            return Text(f"(script for {req.story_id} exhausted at turn {req.turn})")
-        turn = turns[req.turn]
-        return turn(req) if callable(turn) else turn
+    def turn_index(self, req: Request) -> int:
+        return sum(1 for i in req.items() if i.get("type") in _MODEL_ITEMS)
 
     def usage_for(self, req: Request, output: str) -> dict[str, Any]:
         total = max(1, req.size // 4)
@@ -267,96 +192,49 @@ class FakeOpenAI:
         }
 
 
-def _make_handler(server: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+class _Handler(fake_http.ScriptedHandler):
+    api: FakeOpenAI
+    request_type = Request
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib name
-            pass
+    def _error(self, kind: str, message: str) -> dict[str, Any]:
+        return {"error": {"type": kind, "code": kind, "message": message}}
 
-        def do_HEAD(self) -> None:
-            self.send_response(200)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
+    def get(self, req: Request, path: str) -> None:
+        if path.endswith("/models"):
+            self._json(200, {"object": "list", "data": [], "models": []})
+        else:
+            self._not_found(req)
 
-        def do_GET(self) -> None:
-            req = self._request(b"")
-            server._log(req)
-            if self.path.split("?", 1)[0].endswith("/models"):
-                self._json(200, {"object": "list", "data": [], "models": []})
-            else:
-                req.status = 404
-                self._json(404, _error("not_found", f"no route {self.path}"))
+    def post(self, req: Request, path: str) -> None:
+        if path.endswith("/responses"):
+            self._responses(req)
+        else:
+            self._not_found(req)
 
-        def do_POST(self) -> None:
-            raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            req = self._request(raw)
-            server._log(req)
-            if self.path.split("?", 1)[0].endswith("/responses"):
-                self._responses(req)
-            else:
-                req.status = 404
-                self._json(404, _error("not_found", f"no route {self.path}"))
-
-        def _request(self, raw: bytes) -> Request:
-            try:
-                body = json.loads(raw) if raw else None
-            except ValueError:
-                body = None
-            return Request(
-                method=self.command,
-                path=self.path,
-                headers={k.lower(): v for k, v in self.headers.items()},
-                size=len(raw),
-                body=body if isinstance(body, dict) else None,
-            )
-
-        def _responses(self, req: Request) -> None:
-            req.kind = "main"
-            turn = server.pick_turn(req)
-            req.played = type(turn).__name__.lower()
-            if isinstance(turn, Fail):
-                req.status = turn.status
-                extra = {"retry-after": str(turn.retry_after)} if turn.retry_after else {}
-                error = _error(turn.error_type, turn.message)
-                if turn.resets_in is not None:
-                    error["error"]["resets_at"] = int(time.time()) + turn.resets_in
-                    error["error"]["resets_in_seconds"] = turn.resets_in
-                self._json(turn.status, error, extra)
-                return
-            if isinstance(turn, Hang):
-                server._stop.wait(turn.seconds)
-                self.close_connection = True
-                return
-            item = _output_item(turn)
-            usage = server.usage_for(req, json.dumps(item))
-            req.usage = usage
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.send_header("Cache-Control", "no-cache")
-            self.send_header("Connection", "close")
-            self.end_headers()
-            self.close_connection = True
-            model = (req.body or {}).get("model") or MODEL
-            for data in _sse_events(item, usage, model):
-                self.wfile.write(f"event: {data['type']}\ndata: {json.dumps(data)}\n\n".encode())
-            self.wfile.flush()
-
-        def _json(self, status: int, data: Any, extra: dict[str, str] | None = None) -> None:
-            raw = json.dumps(data).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(raw)))
-            for k, v in (extra or {}).items():
-                self.send_header(k, v)
-            self.end_headers()
-            self.wfile.write(raw)
-
-    return Handler
+    def _responses(self, req: Request) -> None:
+        req.kind = "main"
+        turn = self.api.pick_turn(req)
+        req.played = type(turn).__name__.lower()
+        if isinstance(turn, Fail):
+            req.status = turn.status
+            extra = {"retry-after": str(turn.retry_after)} if turn.retry_after else {}
+            error = self._error(turn.error_type, turn.message)
+            if turn.resets_in is not None:
+                error["error"]["resets_at"] = int(time.time()) + turn.resets_in
+                error["error"]["resets_in_seconds"] = turn.resets_in
+            self._json(turn.status, error, extra)
+            return
+        if isinstance(turn, Hang):
+            self._hang(turn.seconds)
+            return
+        item = _output_item(turn)
+        usage = self.api.usage_for(req, json.dumps(item))
+        req.usage = usage
+        model = (req.body or {}).get("model") or MODEL
+        self._sse((data["type"], data) for data in _sse_events(item, usage, model))
 
 
-def _error(kind: str, message: str) -> dict[str, Any]:
-    return {"error": {"type": kind, "code": kind, "message": message}}
+FakeOpenAI.handler = _Handler
 
 
 def _output_item(turn: Turn) -> dict[str, Any]:
@@ -400,18 +278,28 @@ def _sse_events(item: dict[str, Any], usage: dict[str, Any], model: str) -> list
     if item["type"] == "message":
         text = item["content"][0]["text"]
         events.append(
-            {"type": "response.output_item.added", "output_index": 0,
-             "item": dict(item, status="in_progress", content=[])}
+            {
+                "type": "response.output_item.added",
+                "output_index": 0,
+                "item": dict(item, status="in_progress", content=[]),
+            }
         )
         events.append(
-            {"type": "response.output_text.delta", "item_id": item["id"], "output_index": 0,
-             "content_index": 0, "delta": text}
+            {
+                "type": "response.output_text.delta",
+                "item_id": item["id"],
+                "output_index": 0,
+                "content_index": 0,
+                "delta": text,
+            }
         )
     else:
         events.append({"type": "response.output_item.added", "output_index": 0, "item": item})
     events.append({"type": "response.output_item.done", "output_index": 0, "item": item})
     events.append(
-        {"type": "response.completed",
-         "response": dict(base, status="completed", output=[item], usage=usage)}
+        {
+            "type": "response.completed",
+            "response": dict(base, status="completed", output=[item], usage=usage),
+        }
     )
     return events
