@@ -157,16 +157,33 @@ def relevant_bullets(h: History, k: int) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def inputs(h: History, k: int, story: Story, log_text: str, index_text: str,
-           refs: list[Ref], cfg: argparse.Namespace) -> pr.Inputs:
+def inputs(
+    h: History,
+    k: int,
+    story: Story,
+    log_text: str,
+    index_text: str,
+    refs: list[Ref],
+    cfg: argparse.Namespace,
+) -> pr.Inputs:
     return pr.Inputs(
-        story=story, progress_text=log_text, index_text=index_text, references=refs,
+        story=story,
+        progress_text=log_text,
+        index_text=index_text,
+        references=refs,
         indexed_template=pr.builtin_template("prompt.md"),
         full_template=pr.builtin_template("prompt-full.md"),
-        budget=cfg.budget, ref_cap=cfg.ref_cap, cutoff=cfg.cutoff, blend=cfg.blend,
+        budget=cfg.budget,
+        ref_cap=cfg.ref_cap,
+        cutoff=cfg.cutoff,
+        blend=cfg.blend,
         stories={s.id: s.text() for s in h.prd.stories} if h.prd else {},
-        paths={"progress_path": "scripts/ralph/progress.txt", "prd_path": "scripts/ralph/prd.json",
-               "references_dir": "ralph/references", "branch": "ralph/feature"},
+        paths={
+            "progress_path": "scripts/ralph/progress.txt",
+            "prd_path": "scripts/ralph/prd.json",
+            "references_dir": "ralph/references",
+            "branch": "ralph/feature",
+        },
     )
 
 
@@ -186,24 +203,35 @@ def evaluate(h: History, build_memory: Any, cfg: argparse.Namespace) -> list[dic
         indexed = pr.build_indexed(inp, with_counterfactual=False)
         elapsed = time.perf_counter() - t0
         full = pr.build_full(inp)
-        base_idx = pr.build_indexed(inputs(h, k, story, empty_log, "", [], cfg),
-                                    with_counterfactual=False)
+        base_idx = pr.build_indexed(
+            inputs(h, k, story, empty_log, "", [], cfg), with_counterfactual=False
+        )
         base_full = pr.build_full(inputs(h, k, story, empty_log, "", [], cfg))
         wanted = relevant_bullets(h, k)
         hay = _norm(indexed.text)
         found = sum(1 for b in wanted if _norm(b) in hay)
         log_tokens = full.parts["progress"]
-        rows.append({
-            "history": h.name, "k": k, "n": n, "story": story.id, "from_prd": from_prd(h, k),
-            "log_tokens": log_tokens, "references": len(refs),
-            "indexed_tokens": indexed.tokens, "full_tokens": full.tokens,
-            "prompt_ratio": indexed.tokens / full.tokens,
-            "memory_ratio": (indexed.tokens - base_idx.tokens)
-            / max(1, full.tokens - base_full.tokens),
-            "relevant": len(wanted), "found": found,
-            "recall": found / len(wanted) if wanted else None,
-            "assemble_ms": elapsed * 1000, "parts": indexed.parts,
-        })
+        rows.append(
+            {
+                "history": h.name,
+                "k": k,
+                "n": n,
+                "story": story.id,
+                "from_prd": from_prd(h, k),
+                "log_tokens": log_tokens,
+                "references": len(refs),
+                "indexed_tokens": indexed.tokens,
+                "full_tokens": full.tokens,
+                "prompt_ratio": indexed.tokens / full.tokens,
+                "memory_ratio": (indexed.tokens - base_idx.tokens)
+                / max(1, full.tokens - base_full.tokens),
+                "relevant": len(wanted),
+                "found": found,
+                "recall": found / len(wanted) if wanted else None,
+                "assemble_ms": elapsed * 1000,
+                "parts": indexed.parts,
+            }
+        )
     return rows
 
 
@@ -239,9 +267,11 @@ def summarize(rows: list[dict]) -> dict:
             [r["prompt_ratio"] for r in big_lq]
         ),
         "median_recall_last_quarter_story_in_prd": _median(
-            [r["recall"] for r in last_q if r["recall"] is not None and r["from_prd"]]),
+            [r["recall"] for r in last_q if r["recall"] is not None and r["from_prd"]]
+        ),
         "scored_last_quarter_story_in_prd": sum(
-            1 for r in last_q if r["recall"] is not None and r["from_prd"]),
+            1 for r in last_q if r["recall"] is not None and r["from_prd"]
+        ),
         "median_recall_all": _median([r["recall"] for r in rows if r["recall"] is not None]),
         "median_memory_ratio_all": _median([r["memory_ratio"] for r in rows]),
         "max_assemble_ms": max((r["assemble_ms"] for r in rows), default=None),
@@ -255,14 +285,18 @@ def per_history(rows: list[dict]) -> list[dict]:
     for name in names:
         hr = [r for r in rows if r["history"] == name]
         rec = [r["recall"] for r in hr if r["recall"] is not None]
-        out.append({
-            "history": name, "entries": hr[0]["n"],
-            "final_log_tokens": max(r["log_tokens"] for r in hr),
-            "median_prompt_ratio": _median([r["prompt_ratio"] for r in hr]),
-            "median_memory_ratio": _median([r["memory_ratio"] for r in hr]),
-            "median_recall": _median(rec), "scored": len(rec),
-            "median_ms": _median([r["assemble_ms"] for r in hr]),
-        })
+        out.append(
+            {
+                "history": name,
+                "entries": hr[0]["n"],
+                "final_log_tokens": max(r["log_tokens"] for r in hr),
+                "median_prompt_ratio": _median([r["prompt_ratio"] for r in hr]),
+                "median_memory_ratio": _median([r["memory_ratio"] for r in hr]),
+                "median_recall": _median(rec),
+                "scored": len(rec),
+                "median_ms": _median([r["assemble_ms"] for r in hr]),
+            }
+        )
     return out
 
 
@@ -275,8 +309,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ref-cap", type=int, default=800, help="references.max_tokens")
     ap.add_argument("--cutoff", type=float, default=sel.DEFAULT_CUTOFF)
     ap.add_argument("--blend", type=float, default=sel.DEFAULT_BLEND)
-    ap.add_argument("--memory", choices=("migrate", "interim"), default="migrate",
-                    help="memory builder: migrate.build_memory, or bench/interim_memory.py")
+    ap.add_argument(
+        "--memory",
+        choices=("migrate", "interim"),
+        default="migrate",
+        help="memory builder: migrate.build_memory, or bench/interim_memory.py",
+    )
     ap.add_argument("--no-plot", action="store_true")
     ap.add_argument("--no-scale", action="store_true", help="skip the 1,000-reference timing")
     cfg = ap.parse_args(argv)
@@ -297,9 +335,15 @@ def main(argv: list[str] | None = None) -> int:
 
     result = {
         "memory_builder": builder,
-        "config": {"budget": cfg.budget, "ref_cap": cfg.ref_cap, "cutoff": cfg.cutoff,
-                   "blend": cfg.blend},
-        "summary": summarize(rows), "histories": per_history(rows), "skipped": skipped,
+        "config": {
+            "budget": cfg.budget,
+            "ref_cap": cfg.ref_cap,
+            "cutoff": cfg.cutoff,
+            "blend": cfg.blend,
+        },
+        "summary": summarize(rows),
+        "histories": per_history(rows),
+        "skipped": skipped,
         "scale": None if cfg.no_scale else scale_timing(folders, cfg),
         "rows": rows,
     }

@@ -46,14 +46,22 @@ def scale_timing(folders: Any, cfg: Any, n_refs: int = 1000, repeats: int = 5) -
         refs.append(Ref(f"Topic {i}", f"ralph/references/topic-{i}.md", "".join(body)))
     rows = "\n".join(f"| {r.topic} | {r.path} |" for r in refs)
     index = f"## Progress Index\n| Topic | Reference Path |\n|---|---|\n{rows}\n"
-    story = Story(id="US-900", title="Add a settings page with theme and language options",
-                  description="As a user I want to change theme and language in settings.",
-                  acceptance_criteria=["Theme toggle persists", "Language list from i18n"])
+    story = Story(
+        id="US-900",
+        title="Add a settings page with theme and language options",
+        description="As a user I want to change theme and language in settings.",
+        acceptance_criteria=["Theme toggle persists", "Language list from i18n"],
+    )
     inp = pr.Inputs(
-        story=story, progress_text="", index_text=index, references=refs,
+        story=story,
+        progress_text="",
+        index_text=index,
+        references=refs,
         indexed_template=pr.builtin_template("prompt.md"),
         full_template=pr.builtin_template("prompt-full.md"),
-        budget=None, ref_cap=cfg.ref_cap, cutoff=cfg.cutoff,
+        budget=None,
+        ref_cap=cfg.ref_cap,
+        cutoff=cfg.cutoff,
     )
     times, cpu = [], []
     out = None
@@ -66,10 +74,17 @@ def scale_timing(folders: Any, cfg: Any, n_refs: int = 1000, repeats: int = 5) -
     # The index of 1,000 rows is itself ~15k tokens: the timing is about the selector,
     # so the budget is off here.
     # CPU time too: on a shared machine wall time mostly measures the neighbours.
-    return {"references": n_refs, "items": 9 * n_refs, "median_ms": statistics.median(times),
-            "median_cpu_ms": statistics.median(cpu), "first_cpu_ms": cpu[0],
-            "first_ms": times[0], "min_ms": min(times), "prompt_tokens": out.tokens,
-            "selected": len(out.selected)}
+    return {
+        "references": n_refs,
+        "items": 9 * n_refs,
+        "median_ms": statistics.median(times),
+        "median_cpu_ms": statistics.median(cpu),
+        "first_cpu_ms": cpu[0],
+        "first_ms": times[0],
+        "min_ms": min(times),
+        "prompt_tokens": out.tokens,
+        "selected": len(out.selected),
+    }
 
 
 def plot(rows: list[dict], path: Path, n_histories: int = 4) -> str:
@@ -84,8 +99,11 @@ def plot(rows: list[dict], path: Path, n_histories: int = 4) -> str:
     longest = [h for h, _ in sorted(sizes.items(), key=lambda kv: (-kv[1], kv[0]))]
     longest = longest[:n_histories]
     fig, axes = plt.subplots(2, 2, figsize=(13, 8.5))
-    panels = [("prompt_ratio", "prompt ratio (indexed / full)"),
-              ("memory_ratio", "memory ratio"), ("recall", "recall of relevant learnings")]
+    panels = [
+        ("prompt_ratio", "prompt ratio (indexed / full)"),
+        ("memory_ratio", "memory ratio"),
+        ("recall", "recall of relevant learnings"),
+    ]
     for ax, (key, title) in zip(axes.flat, panels, strict=False):
         for h in longest:
             pts = [(r["k"], r[key]) for r in rows if r["history"] == h and r[key] is not None]
@@ -136,18 +154,27 @@ def write_report(result: dict, out: Path) -> None:
     ]
     if result.get("scale"):
         sc = result["scale"]
-        lines.append(f"| assembly ms, {sc['references']} references ({sc['items']} items), "
-                     f"median of 5 / first run: wall {_fmt(sc['median_ms'], 1)} / "
-                     f"{_fmt(sc['first_ms'], 1)}, CPU {_fmt(sc['median_cpu_ms'], 1)} / "
-                     f"{_fmt(sc['first_cpu_ms'], 1)} | < 100 |")
-    lines += ["", "## Assembly time as the log grows", "",
-              "| log tokens before the story | stories | median ms | p90 ms |", "|---|---|---|---|"]
+        lines.append(
+            f"| assembly ms, {sc['references']} references ({sc['items']} items), "
+            f"median of 5 / first run: wall {_fmt(sc['median_ms'], 1)} / "
+            f"{_fmt(sc['first_ms'], 1)}, CPU {_fmt(sc['median_cpu_ms'], 1)} / "
+            f"{_fmt(sc['first_cpu_ms'], 1)} | < 100 |"
+        )
+    lines += [
+        "",
+        "## Assembly time as the log grows",
+        "",
+        "| log tokens before the story | stories | median ms | p90 ms |",
+        "|---|---|---|---|",
+    ]
     for lo, hi in ((0, 2000), (2000, 5000), (5000, 10000), (10000, 20000), (20000, 10**9)):
         ms = sorted(r["assemble_ms"] for r in result["rows"] if lo <= r["log_tokens"] < hi)
         if ms:
             label = f"{lo}-{hi}" if hi < 10**9 else f">= {lo}"
-            lines.append(f"| {label} | {len(ms)} | {statistics.median(ms):.1f} | "
-                         f"{ms[int(0.9 * (len(ms) - 1))]:.1f} |")
+            lines.append(
+                f"| {label} | {len(ms)} | {statistics.median(ms):.1f} | "
+                f"{ms[int(0.9 * (len(ms) - 1))]:.1f} |"
+            )
     lines += [
         "",
         f"All {s['stories']} stories: median memory ratio {_fmt(s['median_memory_ratio_all'], 3)},"

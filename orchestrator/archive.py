@@ -46,7 +46,7 @@ def branch_of(prd_path: Path) -> str | None:
 
 
 def folder_name(last_branch: str, day: str) -> str:
-    short = last_branch[len("ralph/"):] if last_branch.startswith("ralph/") else last_branch
+    short = last_branch[len("ralph/") :] if last_branch.startswith("ralph/") else last_branch
     # A branch like "feat/x" would nest folders; keep the archive one level deep.
     return f"{day}-{short.replace('/', '-')}"
 
@@ -102,16 +102,32 @@ def archive_on_branch_change(
         branch = branch_of(prd_path)
         last = fsutil.read_text(last_path).strip()
         if branch and last and branch != last:
-            result = _archive(ralph_dir, prd_path, progress_path, references_dir, last, branch,
-                              day or time.strftime("%Y-%m-%d"), date)
+            result = _archive(
+                ralph_dir,
+                prd_path,
+                progress_path,
+                references_dir,
+                last,
+                branch,
+                day or time.strftime("%Y-%m-%d"),
+                date,
+            )
     branch = branch_of(prd_path) if prd_path.exists() else None
     if branch:
         fsutil.atomic_write_text(last_path, branch + "\n")
     return result
 
 
-def _archive(ralph_dir: Path, prd_path: Path, progress_path: Path, references_dir: Path | None,
-             last: str, branch: str, day: str, date: str | None) -> ArchiveResult:
+def _archive(
+    ralph_dir: Path,
+    prd_path: Path,
+    progress_path: Path,
+    references_dir: Path | None,
+    last: str,
+    branch: str,
+    day: str,
+    date: str | None,
+) -> ArchiveResult:
     folder = _free_folder(ralph_dir / "archive" / folder_name(last, day))
     folder.mkdir(parents=True)
     copied = []
@@ -121,8 +137,9 @@ def _archive(ralph_dir: Path, prd_path: Path, progress_path: Path, references_di
             copied.append(src.name)
     if references_dir is not None and references_dir.is_dir():
         # The references' own archive/ (compaction) is history already kept in place.
-        shutil.copytree(references_dir, folder / "references",
-                        ignore=shutil.ignore_patterns("archive"))
+        shutil.copytree(
+            references_dir, folder / "references", ignore=shutil.ignore_patterns("archive")
+        )
         copied.append("references/")
     old_text = fsutil.read_text(progress_path) if progress_path.exists() else None
     fsutil.atomic_write_text(progress_path, reset_text(old_text, date))

@@ -64,8 +64,11 @@ def sections(lines: list[str]) -> list[tuple[str, int, int]]:
     from orchestrator.migrate import _fenced  # one reading of code fences for both
 
     fenced = _fenced(lines)
-    starts = [i for i, ln in enumerate(lines)
-              if i not in fenced and ln.startswith("## ") and not ln.startswith("### ")]
+    starts = [
+        i
+        for i, ln in enumerate(lines)
+        if i not in fenced and ln.startswith("## ") and not ln.startswith("### ")
+    ]
     ends = [*starts[1:], len(lines)] if starts else []
     return [(lines[s].rstrip(), s, e) for s, e in zip(starts, ends, strict=True)]
 
@@ -96,19 +99,26 @@ def story_ids(heading: str) -> list[str]:
 def norm_topic(topic: str) -> str:
     """Lower case words, plural 's' dropped: 'Auth Flows' and 'auth-flow' are the same."""
     words = re.findall(r"[a-z0-9]+", topic.lower())
-    return " ".join(w[:-1] if len(w) > 3 and w.endswith("s") and not w.endswith("ss") else w
-                     for w in words)
+    return " ".join(
+        w[:-1] if len(w) > 3 and w.endswith("s") and not w.endswith("ss") else w for w in words
+    )
 
 
 _PART = re.compile(r"^(.*), (\S+)(?: to (\S+))?$")
 
 
 def _parts_of_one_topic(a: str, b: str) -> bool:
-    """"Auth, US-001 to US-009" and "Auth, US-010 to US-020" are consecutive parts of one
+    """ "Auth, US-001 to US-009" and "Auth, US-010 to US-020" are consecutive parts of one
     topic that migrate split to respect the size cap: distinct on purpose, not duplicates."""
     ma, mb = _PART.match(a), _PART.match(b)
-    return bool(ma and mb and ma.group(1) == mb.group(1) and ma.group(2) != mb.group(2)
-                and re.search(r"\d", ma.group(2)) and re.search(r"\d", mb.group(2)))
+    return bool(
+        ma
+        and mb
+        and ma.group(1) == mb.group(1)
+        and ma.group(2) != mb.group(2)
+        and re.search(r"\d", ma.group(2))
+        and re.search(r"\d", mb.group(2))
+    )
 
 
 def similar(a: str, b: str) -> bool:
@@ -226,8 +236,14 @@ def check(project: Any) -> list[Finding]:
     out: list[Finding] = []
     out += _journal_findings(project)
     out += [
-        Finding("malformed-table", prog, n, why, "write rows as `| Topic | path |` under the "
-                "`| Topic | Reference Path |` header and `|---|---|` line")
+        Finding(
+            "malformed-table",
+            prog,
+            n,
+            why,
+            "write rows as `| Topic | path |` under the "
+            "`| Topic | Reference Path |` header and `|---|---|` line",
+        )
         for n, why in mem.table_problems
     ]
     out += _row_findings(mem, prog)
@@ -246,10 +262,15 @@ def _always_findings(mem: MemoryFiles) -> list[Finding]:
     names = {norm_topic(r.topic) for r in live} | {norm_topic(Path(r.path).stem) for r in live}
     where = project.rel(project.config_path) if project.config_path else "ralph.yaml"
     return [
-        Finding("unknown-always", where, None,
-                f"references.always names {topic!r}, which no Progress Index row has",
-                "add the row or remove the topic from references.always")
-        for topic in project.config.references.always if norm_topic(topic) not in names
+        Finding(
+            "unknown-always",
+            where,
+            None,
+            f"references.always names {topic!r}, which no Progress Index row has",
+            "add the row or remove the topic from references.always",
+        )
+        for topic in project.config.references.always
+        if norm_topic(topic) not in names
     ]
 
 
@@ -259,9 +280,15 @@ def _journal_findings(project: Any) -> list[Finding]:
     jdir = compact.pending(project.ralph_dir)
     if jdir is None:
         return []
-    return [Finding("interrupted-apply", project.rel(jdir), None,
-                    "an apply was interrupted; memory files may be half-updated",
-                    "run `ralph compact --recover` (or `--rollback`)")]
+    return [
+        Finding(
+            "interrupted-apply",
+            project.rel(jdir),
+            None,
+            "an apply was interrupted; memory files may be half-updated",
+            "run `ralph compact --recover` (or `--rollback`)",
+        )
+    ]
 
 
 def _row_findings(mem: MemoryFiles, prog: str) -> list[Finding]:
@@ -270,13 +297,26 @@ def _row_findings(mem: MemoryFiles, prog: str) -> list[Finding]:
         try:
             p = mem.abs(r.path)
         except PathEscapeError as exc:
-            out.append(Finding("path-escape", prog, r.line, f"row {r.topic!r}: {exc}",
-                               f"use a path inside {mem.rel_dir}/"))
+            out.append(
+                Finding(
+                    "path-escape",
+                    prog,
+                    r.line,
+                    f"row {r.topic!r}: {exc}",
+                    f"use a path inside {mem.rel_dir}/",
+                )
+            )
             continue
         if not p.is_file():
-            out.append(Finding("missing-file", prog, r.line,
-                               f"row {r.topic!r} points to {r.path}, which does not exist",
-                               "create the file or delete the row"))
+            out.append(
+                Finding(
+                    "missing-file",
+                    prog,
+                    r.line,
+                    f"row {r.topic!r} points to {r.path}, which does not exist",
+                    "create the file or delete the row",
+                )
+            )
     return out
 
 
@@ -292,8 +332,15 @@ def _orphan_findings(mem: MemoryFiles) -> list[Finding]:
     for f in store.files():
         if f.resolve() not in named:
             ip = store.index_path_of(f)
-            out.append(Finding("orphan-file", ip, None, "no index row names this reference",
-                               f"add `| <Topic> | {ip} |` to the Progress Index or delete it"))
+            out.append(
+                Finding(
+                    "orphan-file",
+                    ip,
+                    None,
+                    "no index row names this reference",
+                    f"add `| <Topic> | {ip} |` to the Progress Index or delete it",
+                )
+            )
     return out
 
 
@@ -304,15 +351,28 @@ def _duplicate_findings(mem: MemoryFiles, prog: str) -> list[Finding]:
         key = r.path.strip().lstrip("./")
         if key in seen_path:
             first = seen_path[key]
-            out.append(Finding("duplicate-path", prog, r.line,
-                               f"rows {first.topic!r} (line {first.line}) and {r.topic!r} name "
-                               f"the same file {r.path}", "keep one row"))
+            out.append(
+                Finding(
+                    "duplicate-path",
+                    prog,
+                    r.line,
+                    f"rows {first.topic!r} (line {first.line}) and {r.topic!r} name "
+                    f"the same file {r.path}",
+                    "keep one row",
+                )
+            )
         seen_path.setdefault(key, r)
     for a, b in near_duplicate_pairs([r for r in mem.rows if not r.archived]):
         kind = "duplicate-topic" if norm_topic(a.topic) == norm_topic(b.topic) else "near-duplicate"
-        out.append(Finding(kind, prog, b.line,
-                           f"topic {b.topic!r} duplicates {a.topic!r} (line {a.line})",
-                           "merge them: `ralph compact --apply`, or rename one"))
+        out.append(
+            Finding(
+                kind,
+                prog,
+                b.line,
+                f"topic {b.topic!r} duplicates {a.topic!r} (line {a.line})",
+                "merge them: `ralph compact --apply`, or rename one",
+            )
+        )
     return out
 
 
@@ -324,9 +384,15 @@ def _size_findings(mem: MemoryFiles) -> list[Finding]:
             continue
         text = mem.read(r.path)
         if text is not None and (n := tokens.count(text)) > cap:
-            out.append(Finding("oversized", r.path, None,
-                               f"{n} tokens, over references.max_tokens ({cap})",
-                               "condense it (`ralph compact --agent NAME`) or split the topic"))
+            out.append(
+                Finding(
+                    "oversized",
+                    r.path,
+                    None,
+                    f"{n} tokens, over references.max_tokens ({cap})",
+                    "condense it (`ralph compact --agent NAME`) or split the topic",
+                )
+            )
     return out
 
 
@@ -335,7 +401,13 @@ def _log_findings(mem: MemoryFiles, prog: str) -> list[Finding]:
     for heading, start, _end in sections(mem.text.split("\n")):
         if is_reserved(heading) or story_ids(heading):
             continue
-        out.append(Finding("entry-without-story", prog, start + 1,
-                           f"log entry {heading!r} has no story id",
-                           "put the story id in the heading, e.g. '## <date> - US-001'"))
+        out.append(
+            Finding(
+                "entry-without-story",
+                prog,
+                start + 1,
+                f"log entry {heading!r} has no story id",
+                "put the story id in the heading, e.g. '## <date> - US-001'",
+            )
+        )
     return out

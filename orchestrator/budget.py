@@ -28,12 +28,13 @@ class Budget:
     spent_tokens: int = 0
     spent_cost: float = 0.0
     iterations: int = 0
-    estimated_iterations: int = 0      # iterations whose tokens are our estimate, not reported
-    uncosted_iterations: int = 0       # iterations with no reported cost
+    estimated_iterations: int = 0  # iterations whose tokens are our estimate, not reported
+    uncosted_iterations: int = 0  # iterations with no reported cost
     _warned: set[str] = field(default_factory=set)
 
-    def add(self, *, reported_tokens: int | None, estimated_tokens: int,
-            cost_usd: float | None) -> None:
+    def add(
+        self, *, reported_tokens: int | None, estimated_tokens: int, cost_usd: float | None
+    ) -> None:
         """Count one finished iteration."""
         self.iterations += 1
         if reported_tokens is None:
@@ -83,28 +84,44 @@ class Budget:
     def _estimate_note(self) -> str:
         if not self.estimated_iterations:
             return ""
-        return (f" ({self.estimated_iterations} iteration(s) without agent-reported usage "
-                "counted at our prompt-token estimate)")
+        return (
+            f" ({self.estimated_iterations} iteration(s) without agent-reported usage "
+            "counted at our prompt-token estimate)"
+        )
 
     def warnings(self) -> list[str]:
         """New warnings since the last call (each limit warns once)."""
         out = []
-        if self.run_tokens and "tokens" not in self._warned and \
-                self.spent_tokens >= self.warn_at * self.run_tokens:
+        if (
+            self.run_tokens
+            and "tokens" not in self._warned
+            and self.spent_tokens >= self.warn_at * self.run_tokens
+        ):
             self._warned.add("tokens")
-            out.append(f"{self.spent_tokens / self.run_tokens:.0%} of the token budget "
-                       f"({tokens.fmt(self.run_tokens)}) used{self._estimate_note()}")
-        if self.run_cost_usd and "cost" not in self._warned and \
-                self.spent_cost >= self.warn_at * self.run_cost_usd:
+            out.append(
+                f"{self.spent_tokens / self.run_tokens:.0%} of the token budget "
+                f"({tokens.fmt(self.run_tokens)}) used{self._estimate_note()}"
+            )
+        if (
+            self.run_cost_usd
+            and "cost" not in self._warned
+            and self.spent_cost >= self.warn_at * self.run_cost_usd
+        ):
             self._warned.add("cost")
-            out.append(f"{self.spent_cost / self.run_cost_usd:.0%} of the cost budget "
-                       f"(${self.run_cost_usd:.2f}) used")
+            out.append(
+                f"{self.spent_cost / self.run_cost_usd:.0%} of the cost budget "
+                f"(${self.run_cost_usd:.2f}) used"
+            )
         if self.run_cost_usd and "nocost" not in self._warned and self.uncosted_iterations:
             self._warned.add("nocost")
-            out.append("the agent reports no cost: budget.run_cost_usd cannot be enforced "
-                       "for those iterations")
+            out.append(
+                "the agent reports no cost: budget.run_cost_usd cannot be enforced "
+                "for those iterations"
+            )
         if self.run_tokens and "estimated" not in self._warned and self.estimated_iterations:
             self._warned.add("estimated")
-            out.append("the agent reports no token usage: the token budget uses our "
-                       "prompt-token estimates (output not counted)")
+            out.append(
+                "the agent reports no token usage: the token budget uses our "
+                "prompt-token estimates (output not counted)"
+            )
         return out

@@ -57,11 +57,11 @@ class Finding:
 @dataclass(frozen=True)
 class Snapshot:
     taken_at: str
-    prd_text: str | None                 # None: prd.json did not exist
-    progress_text: str | None            # None: progress.txt did not exist
-    references: dict[str, bytes]         # index path ("ralph/references/x.md") -> bytes
-    head: str | None                     # git HEAD, None outside git or before a first commit
-    dirty: frozenset[str]                # paths `git status` already showed before the agent
+    prd_text: str | None  # None: prd.json did not exist
+    progress_text: str | None  # None: progress.txt did not exist
+    references: dict[str, bytes]  # index path ("ralph/references/x.md") -> bytes
+    head: str | None  # git HEAD, None outside git or before a first commit
+    dirty: frozenset[str]  # paths `git status` already showed before the agent
     in_git: bool
 
 
@@ -69,12 +69,12 @@ class Snapshot:
 class CheckReport:
     story_id: str
     story_passed: bool = False
-    flipped: list[str] = field(default_factory=list)      # passes false -> true, file order
-    reverted: list[str] = field(default_factory=list)     # passes true -> false
+    flipped: list[str] = field(default_factory=list)  # passes false -> true, file order
+    reverted: list[str] = field(default_factory=list)  # passes true -> false
     findings: list[Finding] = field(default_factory=list)
     restored: bool = False
     restored_files: list[str] = field(default_factory=list)
-    backups: list[str] = field(default_factory=list)      # the agent's versions, kept in logs
+    backups: list[str] = field(default_factory=list)  # the agent's versions, kept in logs
     updated_references: list[str] = field(default_factory=list)
     new_entries: int = 0
     head_before: str | None = None
@@ -91,8 +91,9 @@ class CheckReport:
     def warnings(self) -> list[Finding]:
         return [f for f in self.findings if f.severity == "warning"]
 
-    def add(self, kind: str, severity: Severity, message: str, fix: str = "",
-            path: str | None = None) -> None:
+    def add(
+        self, kind: str, severity: Severity, message: str, fix: str = "", path: str | None = None
+    ) -> None:
         self.findings.append(Finding(kind, severity, message, fix, path))
 
     def fix_notes(self) -> list[str]:
@@ -127,6 +128,7 @@ class CheckReport:
 
 # --------------------------------------------------------------------------- git
 
+
 def git_head(project: Project) -> str | None:
     return git.head(project.root) if project.in_git else None
 
@@ -138,6 +140,7 @@ def git_dirty(project: Project) -> frozenset[str]:
 
 
 # --------------------------------------------------------------------------- snapshot
+
 
 def _read_or_none(path: Path) -> str | None:
     try:
@@ -165,6 +168,7 @@ def snapshot(project: Project) -> Snapshot:
 
 
 # --------------------------------------------------------------------------- repairs
+
 
 def _backup_agent_version(project: Project, report: CheckReport, path: Path) -> None:
     """Keep the agent's version of a file we are about to repair, under <logs>/backups/."""
@@ -195,10 +199,16 @@ def _restore(project: Project, report: CheckReport, path: Path, data: str | byte
 
 # --------------------------------------------------------------------------- prd.json
 
+
 def _check_prd(snap: Snapshot, project: Project, report: CheckReport) -> None:
     if snap.prd_text is None:
-        report.add("prd_missing", "error", "prd.json did not exist before the iteration",
-                   "create it (`ralph init`)", project.rel(project.prd_path))
+        report.add(
+            "prd_missing",
+            "error",
+            "prd.json did not exist before the iteration",
+            "create it (`ralph init`)",
+            project.rel(project.prd_path),
+        )
         return
     shown = project.rel(project.prd_path)
     try:
@@ -208,16 +218,25 @@ def _check_prd(snap: Snapshot, project: Project, report: CheckReport) -> None:
         return
     now_text = _read_or_none(project.prd_path)
     if now_text is None:
-        report.add("prd_deleted", "error", "the agent deleted prd.json; it was restored",
-                   "never delete prd.json; only set the story's passes to true", shown)
+        report.add(
+            "prd_deleted",
+            "error",
+            "the agent deleted prd.json; it was restored",
+            "never delete prd.json; only set the story's passes to true",
+            shown,
+        )
         _restore(project, report, project.prd_path, snap.prd_text)
         return
     try:
         after = Prd.parse(now_text, project.prd_path)
     except InputError as exc:
-        report.add("prd_invalid", "error", f"prd.json was left invalid ({exc}); the previous "
-                   "version was restored", "edit prd.json only to set passes: true, keeping "
-                   "it valid JSON", shown)
+        report.add(
+            "prd_invalid",
+            "error",
+            f"prd.json was left invalid ({exc}); the previous version was restored",
+            "edit prd.json only to set passes: true, keeping it valid JSON",
+            shown,
+        )
         _restore(project, report, project.prd_path, snap.prd_text)
         return
     _compare_stories(before, after, project, report)
@@ -232,48 +251,76 @@ def _compare_stories(before: Prd, after: Prd, project: Project, report: CheckRep
     shown = project.rel(project.prd_path)
     removed = [i for i in old if i not in new]
     if removed:
-        report.add("stories_removed", "error", f"prd.json lost stories {', '.join(removed)}; "
-                   "the previous prd.json was restored (passes kept)",
-                   "never remove stories from prd.json", shown)
+        report.add(
+            "stories_removed",
+            "error",
+            f"prd.json lost stories {', '.join(removed)}; "
+            "the previous prd.json was restored (passes kept)",
+            "never remove stories from prd.json",
+            shown,
+        )
         for sid in report.flipped:
             if sid in old:
                 before.mark_passed(sid)
         _restore(project, report, project.prd_path, before.render())
     others = [i for i in report.flipped if i != report.story_id]
     if others:
-        report.add("several_passed", "warning",
-                   f"stories other than {report.story_id} were marked passing: "
-                   f"{', '.join(others)}", "implement one story per iteration", shown)
+        report.add(
+            "several_passed",
+            "warning",
+            f"stories other than {report.story_id} were marked passing: {', '.join(others)}",
+            "implement one story per iteration",
+            shown,
+        )
     if report.reverted:
-        report.add("passes_reverted", "warning",
-                   f"stories went back to passes: false: {', '.join(report.reverted)}",
-                   "leave other stories' passes as they are", shown)
+        report.add(
+            "passes_reverted",
+            "warning",
+            f"stories went back to passes: false: {', '.join(report.reverted)}",
+            "leave other stories' passes as they are",
+            shown,
+        )
     if not report.story_passed:
         report.add("not_passed", "info", f"{report.story_id} is not marked passing", "", shown)
 
 
 # --------------------------------------------------------------------------- progress.txt
 
+
 def _check_progress(snap: Snapshot, project: Project, report: CheckReport) -> Progress | None:
     path, shown = project.progress_path, project.rel(project.progress_path)
     now = _read_or_none(path)
     if now is None:
         if snap.progress_text is not None:
-            report.add("progress_deleted", "error", "the agent deleted progress.txt; it was "
-                       "restored", "never delete progress.txt; append to it", shown)
+            report.add(
+                "progress_deleted",
+                "error",
+                "the agent deleted progress.txt; it was restored",
+                "never delete progress.txt; append to it",
+                shown,
+            )
             _restore(project, report, path, snap.progress_text)
             return Progress.parse(snap.progress_text)
         severity: Severity = "error" if report.story_passed else "info"
-        report.add("progress_missing", severity, "progress.txt does not exist",
-                   "append your progress entry to progress.txt", shown)
+        report.add(
+            "progress_missing",
+            severity,
+            "progress.txt does not exist",
+            "append your progress entry to progress.txt",
+            shown,
+        )
         return None
     if snap.progress_text is not None:
         merged, lost = merge_history(snap.progress_text, now)
         if lost:
-            report.add("history_lost", "error",
-                       f"{len(lost)} line(s) of earlier progress.txt history were deleted or "
-                       "altered; they were restored and your additions kept",
-                       "only append to progress.txt and edit only the index table", shown)
+            report.add(
+                "history_lost",
+                "error",
+                f"{len(lost)} line(s) of earlier progress.txt history were deleted or "
+                "altered; they were restored and your additions kept",
+                "only append to progress.txt and edit only the index table",
+                shown,
+            )
             _restore(project, report, path, merged)
             now = merged
     progress = Progress.parse(now)
@@ -287,26 +334,35 @@ def _check_entry(snap: Snapshot, progress: Progress, report: CheckReport, shown:
     new = [e for e in progress.entries if e.text.rstrip() not in old]
     report.new_entries = len(new)
     sid = report.story_id.lower()
-    mine = [e for e in new if sid in e.heading.lower()
-            or sid in (i.lower() for i in e.story_ids)]
+    mine = [e for e in new if sid in e.heading.lower() or sid in (i.lower() for i in e.story_ids)]
     if report.story_passed and not mine:
-        report.add("no_progress_entry", "error",
-                   f"progress.txt gained no entry for {report.story_id}",
-                   f"append '## <date> - {report.story_id}' with what was done, files changed "
-                   "and learnings", shown)
+        report.add(
+            "no_progress_entry",
+            "error",
+            f"progress.txt gained no entry for {report.story_id}",
+            f"append '## <date> - {report.story_id}' with what was done, files changed "
+            "and learnings",
+            shown,
+        )
 
 
 # --------------------------------------------------------------------------- references
 
-def _check_references(snap: Snapshot, project: Project, report: CheckReport,
-                      progress: Progress | None) -> None:
+
+def _check_references(
+    snap: Snapshot, project: Project, report: CheckReport, progress: Progress | None
+) -> None:
     store = project.references
     after = _reference_bytes(project)
     for index_path, data in snap.references.items():
         if index_path not in after:
-            report.add("reference_deleted", "warning", f"reference {index_path} was deleted; "
-                       "it was restored", "update references instead of deleting them "
-                       "(`ralph compact` retires stale ones)", index_path)
+            report.add(
+                "reference_deleted",
+                "warning",
+                f"reference {index_path} was deleted; it was restored",
+                "update references instead of deleting them (`ralph compact` retires stale ones)",
+                index_path,
+            )
             try:
                 target = store.resolve(index_path)
             except PathEscapeError as exc:  # the folder itself was swapped for a symlink out
@@ -321,14 +377,18 @@ def _check_references(snap: Snapshot, project: Project, report: CheckReport,
     indexed = _check_rows(progress, store, old_rows, report)
     for index_path in changed:
         if store.resolve(index_path) not in indexed:
-            report.add("reference_unindexed", "error",
-                       f"reference {index_path} has no row in the Progress Index",
-                       f"add '| <Topic> | {index_path} |' to the index table in progress.txt",
-                       index_path)
+            report.add(
+                "reference_unindexed",
+                "error",
+                f"reference {index_path} has no row in the Progress Index",
+                f"add '| <Topic> | {index_path} |' to the index table in progress.txt",
+                index_path,
+            )
 
 
-def _check_rows(progress: Progress, store: ReferenceStore, old_rows: set[tuple[str, str]],
-                report: CheckReport) -> set[Path]:
+def _check_rows(
+    progress: Progress, store: ReferenceStore, old_rows: set[tuple[str, str]], report: CheckReport
+) -> set[Path]:
     """Validate the index table; return the files its rows point to."""
     _check_table_syntax(progress, report)
     indexed: set[Path] = set()
@@ -337,19 +397,33 @@ def _check_rows(progress: Progress, store: ReferenceStore, old_rows: set[tuple[s
         # Rows the agent added or changed are its errors; older ones are only reminders.
         severity: Severity = "warning" if (row.topic, row.path) in old_rows else "error"
         if row.topic.lower() in seen:
-            report.add("index_duplicate_topic", "warning", f"index topic '{row.topic}' appears "
-                       "more than once", "keep one row per topic", row.path)
+            report.add(
+                "index_duplicate_topic",
+                "warning",
+                f"index topic '{row.topic}' appears more than once",
+                "keep one row per topic",
+                row.path,
+            )
         seen.add(row.topic.lower())
         try:
             target = store.resolve(row.path)
         except PathEscapeError as exc:
-            report.add("index_path_escapes", severity, str(exc),
-                       f"point the row at a file under {store.rel_dir}/", row.path)
+            report.add(
+                "index_path_escapes",
+                severity,
+                str(exc),
+                f"point the row at a file under {store.rel_dir}/",
+                row.path,
+            )
             continue
         if not target.is_file():
-            report.add("index_missing_file", severity, f"index row '{row.topic}' points to "
-                       f"{row.path}, which does not exist",
-                       "create the file or fix the row's path", row.path)
+            report.add(
+                "index_missing_file",
+                severity,
+                f"index row '{row.topic}' points to {row.path}, which does not exist",
+                "create the file or fix the row's path",
+                row.path,
+            )
             continue
         indexed.add(target)
     return indexed
@@ -359,12 +433,16 @@ def _check_table_syntax(progress: Progress, report: CheckReport) -> None:
     for n, line in enumerate(split_lines(progress.index_text)[1:], start=2):
         body = line.strip()
         if body.startswith("|") and (not body.endswith("|") or body.count("|") < 3):
-            report.add("index_malformed", "error",
-                       f"Progress Index line {n} is not a table row: {body[:80]!r}",
-                       "write rows as '| Topic | ralph/references/<file>.md |'")
+            report.add(
+                "index_malformed",
+                "error",
+                f"Progress Index line {n} is not a table row: {body[:80]!r}",
+                "write rows as '| Topic | ralph/references/<file>.md |'",
+            )
 
 
 # --------------------------------------------------------------------------- git
+
 
 def _check_git(snap: Snapshot, project: Project, report: CheckReport, title: str) -> None:
     report.head_before = snap.head
@@ -375,38 +453,52 @@ def _check_git(snap: Snapshot, project: Project, report: CheckReport, title: str
     moved = report.head_after is not None and report.head_after != snap.head
     if not report.story_passed:
         if moved:
-            report.add("commit_without_pass", "info",
-                       f"commits were made but {report.story_id} is not marked passing")
+            report.add(
+                "commit_without_pass",
+                "info",
+                f"commits were made but {report.story_id} is not marked passing",
+            )
         return
     if not moved:
-        report.add("no_commit", "error", f"{report.story_id} passed but nothing was committed",
-                   f"commit the work: git add -A && git commit -m "
-                   f"'feat: {report.story_id} - {title}'")
+        report.add(
+            "no_commit",
+            "error",
+            f"{report.story_id} passed but nothing was committed",
+            f"commit the work: git add -A && git commit -m 'feat: {report.story_id} - {title}'",
+        )
         return
     span = f"{snap.head}..HEAD" if snap.head else "HEAD"
     subjects = git.output(["log", "--format=%s", span], project.root) or ""
     if report.story_id.lower() not in subjects.lower():
-        report.add("commit_message", "warning", f"no new commit message names {report.story_id}",
-                   f"use 'feat: {report.story_id} - {title}'")
+        report.add(
+            "commit_message",
+            "warning",
+            f"no new commit message names {report.story_id}",
+            f"use 'feat: {report.story_id} - {title}'",
+        )
     _check_clean(snap, project, report)
 
 
 def _check_clean(snap: Snapshot, project: Project, report: CheckReport) -> None:
     ours = set(report.restored_files)
     logs = project.rel(project.logs_dir).rstrip("/") + "/"
-    left = sorted(p for p in git_dirty(project) - snap.dirty
-                  if p not in ours and not p.startswith(logs))
+    left = sorted(
+        p for p in git_dirty(project) - snap.dirty if p not in ours and not p.startswith(logs)
+    )
     if left:
         more = f" (+{len(left) - 5} more)" if len(left) > 5 else ""
-        report.add("uncommitted", "warning",
-                   f"uncommitted changes after the commit: {', '.join(left[:5])}{more}",
-                   "commit all of the story's changes (or git-ignore generated files)")
+        report.add(
+            "uncommitted",
+            "warning",
+            f"uncommitted changes after the commit: {', '.join(left[:5])}{more}",
+            "commit all of the story's changes (or git-ignore generated files)",
+        )
 
 
 # --------------------------------------------------------------------------- verify
 
-def verify(snap: Snapshot, project: Project, story: Story | str,
-           result: Any = None) -> CheckReport:
+
+def verify(snap: Snapshot, project: Project, story: Story | str, result: Any = None) -> CheckReport:
     """Check the iteration's work against `snap`, repairing lost history; see module doc.
 
     `result` (the agent's AgentResult) is accepted for the loop's convenience and unused.

@@ -400,7 +400,6 @@ def condense_check(before: str, after: str, topic: str) -> list[str]:
     return problems
 
 
-
 # ---------------------------------------------------------------- condensing with an agent
 
 CONDENSE_PROMPT = """\
@@ -429,8 +428,10 @@ def condense_with_agent(project: Any, row: audit.Row, agent_name: str, *, apply:
     target = mem.abs(row.path)
     before = fsutil.read_text(target)
     if not apply:
-        print(f"would ask {agent_name} to condense {row.path} ({tokens.count(before)} tokens, "
-              f"cap {cap}); run with --apply")
+        print(
+            f"would ask {agent_name} to condense {row.path} ({tokens.count(before)} tokens, "
+            f"cap {cap}); run with --apply"
+        )
         return 0
     agent = get_agent(agent_name, project.config.agents.get(agent_name))
     digest = hashlib.sha256(before.encode("utf-8", "surrogateescape")).hexdigest()[:8]
@@ -438,21 +439,34 @@ def condense_with_agent(project: Any, row: audit.Row, agent_name: str, *, apply:
     fsutil.atomic_write_text(original, before)
     logs = Path(project.logs_dir)
     prompt = logs / f"condense-{target.stem}.prompt.md"
-    fsutil.atomic_write_text(prompt, CONDENSE_PROMPT.format(
-        path=row.path, topic=row.topic, before=tokens.count(before), cap=cap))
+    fsutil.atomic_write_text(
+        prompt,
+        CONDENSE_PROMPT.format(
+            path=row.path, topic=row.topic, before=tokens.count(before), cap=cap
+        ),
+    )
     timeouts = project.config.timeouts
     outcome, result = runner.run_agent(
-        agent, prompt, cwd=project.root, transcript_path=logs / f"condense-{target.stem}.log",
-        wall_timeout=timeouts.iteration, idle_timeout=timeouts.idle)
+        agent,
+        prompt,
+        cwd=project.root,
+        transcript_path=logs / f"condense-{target.stem}.log",
+        wall_timeout=timeouts.iteration,
+        idle_timeout=timeouts.idle,
+    )
     after = fsutil.read_text(target) if target.is_file() else ""
     problems = condense_check(before, after, row.topic)
     if result.is_error:
         problems.insert(0, f"the agent failed ({result.error})")
     if problems:
         fsutil.atomic_write_text(target, before)
-        print(f"refused {agent_name}'s condensed {row.path}: {'; '.join(problems)}; "
-              "the original is back in place")
+        print(
+            f"refused {agent_name}'s condensed {row.path}: {'; '.join(problems)}; "
+            "the original is back in place"
+        )
         return 1
-    print(f"condensed {row.path}: {tokens.count(before)} -> {tokens.count(after)} tokens; "
-          f"original kept at {project.rel(original)}")
+    print(
+        f"condensed {row.path}: {tokens.count(before)} -> {tokens.count(after)} tokens; "
+        f"original kept at {project.rel(original)}"
+    )
     return 0

@@ -149,6 +149,7 @@ class Config(_Section):
 
 # --------------------------------------------------------------------------- key checking
 
+
 def _sections() -> dict[str, type[BaseModel]]:
     return {
         name: f.annotation
@@ -218,6 +219,7 @@ def _prune_section(
 
 
 # --------------------------------------------------------------------------- YAML reading
+
 
 class _StrictLoader(yaml.SafeLoader):
     """SafeLoader that refuses duplicate keys (PyYAML silently keeps the last one)."""
@@ -324,8 +326,12 @@ def _message(err: Mapping[str, Any]) -> str:
     if kind == "literal_error":
         return f"must be one of {ctx.get('expected', '')}"
     if kind in ("greater_than_equal", "greater_than", "less_than_equal", "less_than"):
-        words = {"greater_than_equal": "at least", "greater_than": "more than",
-                 "less_than_equal": "at most", "less_than": "less than"}[kind]
+        words = {
+            "greater_than_equal": "at least",
+            "greater_than": "more than",
+            "less_than_equal": "at most",
+            "less_than": "less than",
+        }[kind]
         bound = next(iter(ctx.values()), "")
         return f"must be {words} {bound}"
     if kind == "value_error":
@@ -366,6 +372,7 @@ def _config_error(exc: ValidationError, source: str, override_keys: set[str]) ->
 
 
 # --------------------------------------------------------------------------- loading
+
 
 def _apply_overrides(raw: dict[str, Any], overrides: Mapping[str, Any]) -> set[str]:
     given: set[str] = set()

@@ -48,13 +48,16 @@ def summary_line(rec: dict[str, Any]) -> str:
     parts = [f"{rec.get('story_id') or '-'} {str(rec.get('outcome', '?')).replace('_', ' ')}"]
     prompt = f"prompt {fmt(rec.get('prompt_tokens'))} tok"
     if rec.get("full_history_tokens"):
-        prompt += (f" (full history {fmt(rec['full_history_tokens'])}: "
-                   f"saved {rec.get('saved_pct', 0):.0f}%)")
+        prompt += (
+            f" (full history {fmt(rec['full_history_tokens'])}: "
+            f"saved {rec.get('saved_pct', 0):.0f}%)"
+        )
     parts.append(prompt)
     usage = rec.get("usage")
     if usage:
-        parts.append(f"agent {fmt(ledger.usage_in(usage))} in / "
-                     f"{fmt(usage.get('output_tokens'))} out")
+        parts.append(
+            f"agent {fmt(ledger.usage_in(usage))} in / {fmt(usage.get('output_tokens'))} out"
+        )
     else:
         parts.append("agent usage not reported")
     if rec.get("cost_usd") is not None:
@@ -62,8 +65,9 @@ def summary_line(rec: dict[str, Any]) -> str:
     parts.append(duration(rec.get("duration_s")))
     checks = rec.get("checks") or {}
     if checks.get("errors") or checks.get("warnings"):
-        parts.append(f"checks: {checks.get('errors', 0)} error(s), "
-                     f"{checks.get('warnings', 0)} warning(s)")
+        parts.append(
+            f"checks: {checks.get('errors', 0)} error(s), {checks.get('warnings', 0)} warning(s)"
+        )
     return " · ".join(parts)
 
 
@@ -81,8 +85,10 @@ class Status:
 
     def __rich__(self) -> Text:
         elapsed = duration(time.monotonic() - self.started) if self.started else "-"
-        line = (f"▶ {self.story} · iteration {self.iteration}/{self.max_iterations} · "
-                f"stories {self.passed}/{self.total} passed · {elapsed}")
+        line = (
+            f"▶ {self.story} · iteration {self.iteration}/{self.max_iterations} · "
+            f"stories {self.passed}/{self.total} passed · {elapsed}"
+        )
         if self.note:
             line += f" · {self.note}"
         return Text(line, style="bold cyan", no_wrap=True, overflow="ellipsis")
@@ -123,20 +129,28 @@ class Display:
         if not self.live_enabled:
             yield self.status
             return
-        with Live(self.status, console=self.console, refresh_per_second=2, transient=True,
-                  redirect_stdout=True, redirect_stderr=True) as live:
+        with Live(
+            self.status,
+            console=self.console,
+            refresh_per_second=2,
+            transient=True,
+            redirect_stdout=True,
+            redirect_stderr=True,
+        ) as live:
             self._live = live
             try:
                 yield self.status
             finally:
                 self._live = None
 
-    def countdown(self, seconds: float, reason: str,
-                  sleep: Callable[[float], None] = time.sleep) -> None:
+    def countdown(
+        self, seconds: float, reason: str, sleep: Callable[[float], None] = time.sleep
+    ) -> None:
         """Wait `seconds`, showing the time left (one line without a terminal)."""
         end = time.monotonic() + seconds
-        self.line(f"ralph: {reason}: waiting {duration(seconds)} (Ctrl-C stops the run)",
-                  style="yellow")
+        self.line(
+            f"ralph: {reason}: waiting {duration(seconds)} (Ctrl-C stops the run)", style="yellow"
+        )
         if not self.live_enabled:
             sleep(max(0.0, seconds))
             return
@@ -148,26 +162,40 @@ class Display:
 
     def run_table(self, records: list[dict[str, Any]], title: str = "ralph run") -> Table:
         """One row per iteration and a totals footer (agent in = input + cache tokens)."""
-        table = Table(title=title, show_footer=True, title_justify="left", box=box.SIMPLE_HEAD,
-                      pad_edge=False, collapse_padding=True)
+        table = Table(
+            title=title,
+            show_footer=True,
+            title_justify="left",
+            box=box.SIMPLE_HEAD,
+            pad_edge=False,
+            collapse_padding=True,
+        )
         tot = ledger.totals(records)
         cols = [
-            ("#", f"{tot.iterations}"), ("story", "total"), ("outcome", f"{tot.passed} pass"),
-            ("prompt", fmt(tot.prompt_tokens)), ("full", fmt(tot.full_history_tokens)),
-            ("saved", f"{tot.saved_pct:.0f}%"), ("in", fmt(tot.input_tokens)),
+            ("#", f"{tot.iterations}"),
+            ("story", "total"),
+            ("outcome", f"{tot.passed} pass"),
+            ("prompt", fmt(tot.prompt_tokens)),
+            ("full", fmt(tot.full_history_tokens)),
+            ("saved", f"{tot.saved_pct:.0f}%"),
+            ("in", fmt(tot.input_tokens)),
             ("out", fmt(tot.output_tokens)),
             ("cost", money(tot.cost_usd) if tot.cost_reported else "-"),
             ("time", duration(tot.duration_s)),
         ]
         for name, footer in cols:
             numeric = name not in ("story", "outcome")
-            table.add_column(name, footer=footer, justify="right" if numeric else "left",
-                             no_wrap=True)
+            table.add_column(
+                name, footer=footer, justify="right" if numeric else "left", no_wrap=True
+            )
         for r in ledger.iterations(records):
             u = r.get("usage")
             table.add_row(
-                str(r.get("iteration")), str(r.get("story_id") or "-"), str(r.get("outcome")),
-                fmt(r.get("prompt_tokens")), fmt(r.get("full_history_tokens")),
+                str(r.get("iteration")),
+                str(r.get("story_id") or "-"),
+                str(r.get("outcome")),
+                fmt(r.get("prompt_tokens")),
+                fmt(r.get("full_history_tokens")),
                 f"{r.get('saved_pct') or 0:.0f}%",
                 fmt(ledger.usage_in(u)) if u else "-",
                 fmt(u.get("output_tokens")) if u else "-",

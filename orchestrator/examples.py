@@ -44,8 +44,10 @@ def example_path(name: str) -> Path:
     path = examples_dir() / name
     if not (path / "ralph.yaml").is_file():
         known = ", ".join(names()) or "none found"
-        raise InputError(f"example {name!r} not found in {examples_dir()} (known: {known}); "
-                         "run from a clone of the repository or set RALPH_EXAMPLES_DIR")
+        raise InputError(
+            f"example {name!r} not found in {examples_dir()} (known: {known}); "
+            "run from a clone of the repository or set RALPH_EXAMPLES_DIR"
+        )
     return path
 
 

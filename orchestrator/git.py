@@ -56,12 +56,20 @@ def run(
     `timeout` seconds (None: wait)."""
     argv = ["git", *(identity.args() if identity else []), *args]
     try:
-        out = subprocess.run(argv, cwd=cwd, capture_output=True, text=True,
-                             encoding="utf-8", errors="replace", timeout=timeout)
+        out = subprocess.run(
+            argv,
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            encoding="utf-8",
+            errors="replace",
+            timeout=timeout,
+        )
     except OSError as exc:
         if check:
-            raise GitError(f"cannot run git ({exc.strerror}): install git or put it on PATH") \
-                from exc
+            raise GitError(
+                f"cannot run git ({exc.strerror}): install git or put it on PATH"
+            ) from exc
         raise
     if check and out.returncode != 0:
         said = out.stderr.strip() or out.stdout.strip() or f"exit {out.returncode}"

@@ -42,8 +42,11 @@ def sections(text: str) -> list[list[str]]:
 
 
 def _key(section: list[str], n: int) -> str:
-    return _HEADER_KEY if n == 0 and not SECTION_START.match(section[0] if section else "") \
+    return (
+        _HEADER_KEY
+        if n == 0 and not SECTION_START.match(section[0] if section else "")
         else (section[0].rstrip() if section else "")
+    )
 
 
 def _is_index(section: list[str]) -> bool:
@@ -59,9 +62,9 @@ def merge_lines(old: list[str], new: list[str]) -> tuple[list[str], list[str]]:
     lost: list[str] = []
     i = j = 0
     for block in matcher.get_matching_blocks():
-        removed = old[i:block.a]
+        removed = old[i : block.a]
         lost += [x for x in removed if not trivial(x)]
-        out += removed + new[j:block.b] + new[block.b:block.b + block.size]
+        out += removed + new[j : block.b] + new[block.b : block.b + block.size]
         i, j = block.a + block.size, block.b + block.size
     return out, lost
 

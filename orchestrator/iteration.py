@@ -61,7 +61,7 @@ class Attempt:
 
     n: int
     outcome: runner.RunOutcome
-    result: Any                               # agents.AgentResult
+    result: Any  # agents.AgentResult
     passed: bool
     all_passed: bool
     prd_error: str | None
@@ -119,7 +119,7 @@ class Attempt:
         return self.result.usage.to_dict() if self.result.usage else None
 
     def completion(self) -> str | None:
-        """"complete" when the final message has the sentinel and prd.json agrees, "false"
+        """ "complete" when the final message has the sentinel and prd.json agrees, "false"
         when it has it but stories remain, None when the agent did not claim completion."""
         final = self.result.final_message or ""
         if SENTINEL not in final:
@@ -178,19 +178,28 @@ class Iteration:
         display = self.loop.display
         st = display.status
         st.story, st.iteration, st.max_iterations = (
-            self.story.id, self.n, self.loop.max_iterations)
+            self.story.id,
+            self.n,
+            self.loop.max_iterations,
+        )
         st.passed, st.total = self.passed_before, self.total
         st.note = "" if self.attempts == 1 else f"attempt {self.attempts}"
         timeouts = self.project.config.timeouts
         with display.live():
             outcome, result = runner.run_agent(
-                self.loop.agent, self.prompt_file, cwd=Path(self.project.root),
-                transcript_path=transcript, on_line=display.agent,
-                wall_timeout=timeouts.iteration, idle_timeout=timeouts.idle)
+                self.loop.agent,
+                self.prompt_file,
+                cwd=Path(self.project.root),
+                transcript_path=transcript,
+                on_line=display.agent,
+                wall_timeout=timeouts.iteration,
+                idle_timeout=timeouts.idle,
+            )
         return self._assess(outcome, result, self.start, transcript)
 
-    def _assess(self, outcome: runner.RunOutcome, result: Any, before: WorkState,
-                transcript: Path) -> Attempt:
+    def _assess(
+        self, outcome: runner.RunOutcome, result: Any, before: WorkState, transcript: Path
+    ) -> Attempt:
         from orchestrator.prd import Prd
 
         passed = all_passed = False
@@ -203,9 +212,17 @@ class Iteration:
             # The agent broke prd.json: not a pass; checks.verify reports/restores it.
             prd_error = f"prd.json unreadable after the agent ran: {exc}"
             log.warning("prd.json unreadable after iteration", error=str(exc))
-        return Attempt(n=self.attempts, outcome=outcome, result=result, passed=passed,
-                       all_passed=all_passed, prd_error=prd_error, before=before,
-                       after=self._state(), transcript=transcript)
+        return Attempt(
+            n=self.attempts,
+            outcome=outcome,
+            result=result,
+            passed=passed,
+            all_passed=all_passed,
+            prd_error=prd_error,
+            before=before,
+            after=self._state(),
+            transcript=transcript,
+        )
 
     # ---- record -----------------------------------------------------------------------------
     def verify(self, attempt: Attempt) -> Any:
@@ -237,7 +254,8 @@ class Iteration:
             "full_history_tokens": a.full_history_tokens,
             "saved_tokens": saved,
             "saved_pct": round(100 * saved / a.full_history_tokens, 1)
-            if a.full_history_tokens else 0.0,
+            if a.full_history_tokens
+            else 0.0,
             "selected_references": list(a.selected),
             "usage": attempt.usage_dict(),
             "cost_usd": attempt.cost_usd(),
@@ -261,5 +279,6 @@ def build_prompt(loop: Loop, story: Any, memory: Any) -> Any:
     """The one place the loop asks for a prompt (prompt.assemble; notes = check fixes)."""
     from orchestrator import prompt
 
-    return prompt.assemble(loop.project, story, memory, mode=loop.mode, notes=loop.notes,
-                           tool=loop.agent.name)
+    return prompt.assemble(
+        loop.project, story, memory, mode=loop.mode, notes=loop.notes, tool=loop.agent.name
+    )

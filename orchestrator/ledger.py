@@ -147,10 +147,10 @@ class Totals:
     outcomes: dict[str, int] = field(default_factory=dict)
     prompt_tokens: int = 0
     full_history_tokens: int = 0
-    input_tokens: int = 0       # prompt side as the agent counts it: input + cache read/write
+    input_tokens: int = 0  # prompt side as the agent counts it: input + cache read/write
     output_tokens: int = 0
     cost_usd: float = 0.0
-    usage_reported: int = 0     # iterations whose agent reported usage
+    usage_reported: int = 0  # iterations whose agent reported usage
     cost_reported: int = 0
     duration_s: float = 0.0
     limit_waits: int = 0
@@ -181,8 +181,7 @@ def usage_in(usage: dict[str, Any] | None) -> int:
     if not usage:
         return 0
     return sum(
-        int(usage.get(k) or 0)
-        for k in ("input_tokens", "cache_read_tokens", "cache_write_tokens")
+        int(usage.get(k) or 0) for k in ("input_tokens", "cache_read_tokens", "cache_write_tokens")
     )
 
 

@@ -121,7 +121,7 @@ def _snippet(text: str, match: re.Match[str], before: int = 40, after: int = 160
     line_end = text.find("\n", match.end())
     line_end = len(text) if line_end == -1 else line_end
     start = max(line_start, match.start() - before)
-    return text[start:min(line_end, match.end() + after)].strip()
+    return text[start : min(line_end, match.end() + after)].strip()
 
 
 def _aware(now: datetime | None) -> datetime:
@@ -164,8 +164,9 @@ def _resets(text: str, now: datetime) -> LimitSignal | None:
     match = _RESETS.search(text)
     if not match:
         return None
-    reset = _next_clock(match.group("clock"), match.group("tz"), now, match.group("mon"),
-                        match.group("day"))
+    reset = _next_clock(
+        match.group("clock"), match.group("tz"), now, match.group("mon"), match.group("day")
+    )
     return LimitSignal(reset, match.group(0), "usage")
 
 
@@ -175,8 +176,9 @@ def _codex(text: str, now: datetime) -> LimitSignal | None:
         if match.group("span"):
             reset = _after_span(match.group("span"), now)
         else:
-            reset = _next_clock(match.group("clock"), None, now, match.group("mon"),
-                                match.group("day"))
+            reset = _next_clock(
+                match.group("clock"), None, now, match.group("mon"), match.group("day")
+            )
         return LimitSignal(reset, match.group(0).strip(), "usage")
     bare = _CODEX_BARE.search(text)
     return LimitSignal(None, bare.group(0).strip()[:300], "usage") if bare else None
@@ -234,8 +236,9 @@ def _next_clock(
     if mon and day and mon.lower()[:3] in _MONTHS:
         month = _MONTHS.index(mon.lower()[:3]) + 1
         try:
-            cand = local_now.replace(month=month, day=int(day), hour=hm[0], minute=hm[1],
-                                     second=0, microsecond=0)
+            cand = local_now.replace(
+                month=month, day=int(day), hour=hm[0], minute=hm[1], second=0, microsecond=0
+            )
         except ValueError:
             return None
         if cand < local_now - timedelta(days=1):  # a date early next year

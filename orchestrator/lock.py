@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class Holder:
     pid: int
-    started: str          # ISO 8601, UTC
+    started: str  # ISO 8601, UTC
     command: str
     host: str
     root: str

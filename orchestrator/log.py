@@ -74,9 +74,13 @@ def configure(log_file: Path | None = None, *, verbose: bool = False) -> None:
     console = _CurrentStderr()
     console.setLevel(logging.DEBUG if verbose else logging.WARNING)
     console.setFormatter(
-        structlog.stdlib.ProcessorFormatter(processors=[
-            structlog.stdlib.ProcessorFormatter.remove_processors_meta, _console_line,
-        ], foreign_pre_chain=_SHARED)
+        structlog.stdlib.ProcessorFormatter(
+            processors=[
+                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                _console_line,
+            ],
+            foreign_pre_chain=_SHARED,
+        )
     )
     setattr(console, _HANDLER_TAG, True)
     root.addHandler(console)
@@ -86,11 +90,14 @@ def configure(log_file: Path | None = None, *, verbose: bool = False) -> None:
         fh = logging.FileHandler(log_file, encoding="utf-8")
         fh.setLevel(logging.DEBUG)
         fh.setFormatter(
-            structlog.stdlib.ProcessorFormatter(processors=[
-                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
-                structlog.processors.format_exc_info,
-                structlog.processors.JSONRenderer(default=str),
-            ], foreign_pre_chain=_SHARED)
+            structlog.stdlib.ProcessorFormatter(
+                processors=[
+                    structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                    structlog.processors.format_exc_info,
+                    structlog.processors.JSONRenderer(default=str),
+                ],
+                foreign_pre_chain=_SHARED,
+            )
         )
         setattr(fh, _HANDLER_TAG, True)
         root.addHandler(fh)

@@ -50,8 +50,8 @@ class RunOptions:
     tool: str | None = None
     max_iterations: int | None = None
     mode: str | None = None
-    quiet: bool = False                      # no agent lines (summaries still print)
-    verbose: bool = False                    # debug log lines on the console
+    quiet: bool = False  # no agent lines (summaries still print)
+    verbose: bool = False  # debug log lines on the console
     display: Display | None = None
     sleep: Callable[[float], None] = time.sleep
     now: Callable[[], datetime] = field(default=lambda: datetime.now(timezone.utc))
@@ -61,7 +61,7 @@ class RunOptions:
 class RunSummary:
     run_id: str
     exit_code: int
-    status: str                              # complete | exhausted
+    status: str  # complete | exhausted
     iterations: int
     passed: int
     total: int
@@ -84,6 +84,7 @@ def _sigterm_as_interrupt() -> Iterator[None]:
     """Treat SIGTERM (a supervisor, `kill`) like Ctrl-C, so the agent's process group is
     ended, the iteration recorded and the lock released, instead of dying mid-iteration and
     leaving an orphan agent editing the repo."""
+
     def _raise(_signum: int, _frame: Any) -> None:
         raise KeyboardInterrupt
 
@@ -120,10 +121,11 @@ class Loop:
         self.display = options.display or Display(quiet=options.quiet)
         self.ledger = ledger.Ledger(project.ledger_path)
         self.run_dir = Path(project.logs_dir) / self.ledger.run_id
-        self.budget = Budget(self.cfg.budget.run_tokens, self.cfg.budget.run_cost_usd,
-                             self.cfg.budget.warn_at)
+        self.budget = Budget(
+            self.cfg.budget.run_tokens, self.cfg.budget.run_cost_usd, self.cfg.budget.warn_at
+        )
         self.records: list[dict[str, Any]] = []
-        self.notes: list[str] = []           # fix notes for the next prompt (checks: retry)
+        self.notes: list[str] = []  # fix notes for the next prompt (checks: retry)
         self.no_progress: list[dict[str, Any]] = []
         self.iteration = 0
 
@@ -137,11 +139,18 @@ class Loop:
             runlog.close()
             raise
         cfg = self.cfg
-        self.ledger.event("run_start", agent=self.agent.name, model=self.agent.model,
-                          mode=self.mode, max_iterations=self.max_iterations,
-                          root=str(self.project.root), checks=cfg.checks,
-                          budget=cfg.budget.model_dump(), timeouts=cfg.timeouts.model_dump(),
-                          stuck_after=cfg.stuck_after)
+        self.ledger.event(
+            "run_start",
+            agent=self.agent.name,
+            model=self.agent.model,
+            mode=self.mode,
+            max_iterations=self.max_iterations,
+            root=str(self.project.root),
+            checks=cfg.checks,
+            budget=cfg.budget.model_dump(),
+            timeouts=cfg.timeouts.model_dump(),
+            stuck_after=cfg.stuck_after,
+        )
         status, exit_code, message = "error", 2, ""
         try:
             status, exit_code, message = self._loop()
@@ -152,8 +161,9 @@ class Loop:
         except KeyboardInterrupt:
             # Ctrl-C between agent runs (sleep, limit wait): nothing is half-written.
             status, exit_code = "interrupted", 130
-            message = (f"interrupted after iteration {self.iteration}; run `ralph run` "
-                       "again to continue")
+            message = (
+                f"interrupted after iteration {self.iteration}; run `ralph run` again to continue"
+            )
             raise Interrupted(message) from None
         finally:
             self._finish(status, exit_code, message)
@@ -164,7 +174,9 @@ class Loop:
         p = self.project
         Prd.load(Path(p.prd_path))  # a missing or invalid prd.json stops here, nothing changed
         result = archive.archive_on_branch_change(
-            Path(p.ralph_dir), Path(p.progress_path), Path(p.references.dir),
+            Path(p.ralph_dir),
+            Path(p.progress_path),
+            Path(p.references.dir),
             date=archive.ralph_date(),
         )
         if result:
@@ -175,27 +187,39 @@ class Loop:
     def _loop(self) -> tuple[str, int, str]:
         from orchestrator.prd import Prd
 
-        self.display.line(f"Starting Ralph - Tool: {self.agent.name} - Max iterations: "
-                          f"{self.max_iterations} - Memory: {self.mode}")
+        self.display.line(
+            f"Starting Ralph - Tool: {self.agent.name} - Max iterations: "
+            f"{self.max_iterations} - Memory: {self.mode}"
+        )
         while True:
             prd = Prd.load(Path(self.project.prd_path))
             story = prd.next_story()
             if story is None:
-                return "complete", EXIT_OK, (
-                    f"Ralph completed all tasks! ({prd.passed_count()}/{len(prd.stories)} "
-                    f"stories pass, {self.iteration} iteration(s) this run)")
+                return (
+                    "complete",
+                    EXIT_OK,
+                    (
+                        f"Ralph completed all tasks! ({prd.passed_count()}/{len(prd.stories)} "
+                        f"stories pass, {self.iteration} iteration(s) this run)"
+                    ),
+                )
             if self.iteration >= self.max_iterations:
-                return "exhausted", EXIT_ITERATIONS_EXHAUSTED, (
-                    f"Ralph reached max iterations ({self.max_iterations}) without completing "
-                    f"all tasks: {prd.passed_count()}/{len(prd.stories)} stories pass. Check "
-                    f"{self.project.progress_path} for status.")
+                return (
+                    "exhausted",
+                    EXIT_ITERATIONS_EXHAUSTED,
+                    (
+                        f"Ralph reached max iterations ({self.max_iterations}) without completing "
+                        f"all tasks: {prd.passed_count()}/{len(prd.stories)} stories pass. Check "
+                        f"{self.project.progress_path} for status."
+                    ),
+                )
             self.budget.check_next()
             if self.iteration:
                 self.options.sleep(self.cfg.sleep_between)
             self.iteration += 1
             rec = self._one_iteration(prd, story)
             if rec.get("completion") == "complete":
-                continue                      # prd.json agrees: the next pass returns success
+                continue  # prd.json agrees: the next pass returns success
             self._check_stuck(rec)
 
     def _one_iteration(self, prd: Any, story: Any) -> dict[str, Any]:
@@ -206,13 +230,17 @@ class Loop:
         rec = it.record(attempt)
         self.ledger.iteration(rec)
         self.records.append({"event": "iteration", "run_id": self.ledger.run_id, **rec})
-        self.budget.add(reported_tokens=attempt.reported_tokens(),
-                        estimated_tokens=it.assembled.tokens, cost_usd=attempt.cost_usd())
+        self.budget.add(
+            reported_tokens=attempt.reported_tokens(),
+            estimated_tokens=it.assembled.tokens,
+            cost_usd=attempt.cost_usd(),
+        )
         self._after(rec, report)
         if rec["outcome"] == "interrupted":
             raise Interrupted(
                 f"interrupted during iteration {self.iteration} ({story.id}); the agent was "
-                "stopped and the iteration recorded. Run `ralph run` again to continue.")
+                "stopped and the iteration recorded. Run `ralph run` again to continue."
+            )
         return rec
 
     def _attempt_until_done(self, it: Iteration) -> Attempt:
@@ -238,43 +266,65 @@ class Loop:
         source = "reset time stated" if secs is not None else "no reset time: fallback_wait"
         if secs is None:
             secs = float(self.cfg.limits.fallback_wait)
-        secs += 2 if sig.reset_at else 0     # a little after the stated reset, not on it
+        secs += 2 if sig.reset_at else 0  # a little after the stated reset, not on it
         if waited + secs > self.cfg.limits.max_wait:
             raise BudgetExhausted(
                 f"usage limit ({sig.raw[:120]!r}) resets in {secs / 60:.0f} min, beyond "
                 f"limits.max_wait ({self.cfg.limits.max_wait}s) for this iteration. Run "
-                "`ralph run` again after the reset, or raise limits.max_wait in ralph.yaml.")
+                "`ralph run` again after the reset, or raise limits.max_wait in ralph.yaml."
+            )
         self.budget.spend(attempt.reported_tokens(), attempt.cost_usd())
-        self.ledger.event("limit_wait", iteration=it.n, story_id=it.story.id,
-                          kind=sig.kind, raw=sig.raw[:300],
-                          reset_at=sig.reset_at.isoformat() if sig.reset_at else None,
-                          waited_s=round(secs, 1), source=source,
-                          usage=attempt.usage_dict(), cost_usd=attempt.cost_usd())
+        self.ledger.event(
+            "limit_wait",
+            iteration=it.n,
+            story_id=it.story.id,
+            kind=sig.kind,
+            raw=sig.raw[:300],
+            reset_at=sig.reset_at.isoformat() if sig.reset_at else None,
+            waited_s=round(secs, 1),
+            source=source,
+            usage=attempt.usage_dict(),
+            cost_usd=attempt.cost_usd(),
+        )
         self.display.countdown(secs, f"usage limit ({sig.kind}, {source})", self.options.sleep)
         return secs
 
     def _retry_transient(self, it: Iteration, attempt: Attempt, retry: int) -> None:
         delay = self.cfg.retries.backoff * (2 ** (retry - 1))
         self.budget.spend(attempt.reported_tokens(), attempt.cost_usd())
-        self.ledger.event("transient_retry", iteration=it.n, story_id=it.story.id,
-                          retry=retry, exit_code=attempt.exit_code, error=attempt.error,
-                          delay_s=delay, usage=attempt.usage_dict(),
-                          cost_usd=attempt.cost_usd(), duration_s=attempt.duration_s)
-        self.display.warn(f"transient agent failure ({attempt.error or 'no progress'}); "
-                          f"retry {retry}/{self.cfg.retries.transient}")
+        self.ledger.event(
+            "transient_retry",
+            iteration=it.n,
+            story_id=it.story.id,
+            retry=retry,
+            exit_code=attempt.exit_code,
+            error=attempt.error,
+            delay_s=delay,
+            usage=attempt.usage_dict(),
+            cost_usd=attempt.cost_usd(),
+            duration_s=attempt.duration_s,
+        )
+        self.display.warn(
+            f"transient agent failure ({attempt.error or 'no progress'}); "
+            f"retry {retry}/{self.cfg.retries.transient}"
+        )
         self.display.countdown(delay, "backoff", self.options.sleep)
 
     def _after(self, rec: dict[str, Any], report: Any) -> None:
-        self.display.line(summary_line(rec), style="bold green" if rec["outcome"] == "passed"
-                          else "bold")
+        self.display.line(
+            summary_line(rec), style="bold green" if rec["outcome"] == "passed" else "bold"
+        )
         if rec.get("completion") == "false":
             self.display.warn(
                 f"the agent said {SENTINEL} but prd.json still has stories with passes "
-                "false: ignored (false completion); continuing")
+                "false: ignored (false completion); continuing"
+            )
         for f in report.findings:
             if f.severity != "info":
-                self.display.warn(f"check ({f.kind}): {f.message.rstrip('.')}"
-                                  + (f". Fix: {f.fix}" if f.fix else ""))
+                self.display.warn(
+                    f"check ({f.kind}): {f.message.rstrip('.')}"
+                    + (f". Fix: {f.fix}" if f.fix else "")
+                )
         policy = self.cfg.checks
         self.notes = report.fix_notes() if policy == "retry" and not report.ok else []
         if policy == "fail" and not report.ok:
@@ -282,7 +332,8 @@ class Loop:
                 f"post-story checks failed for {rec['story_id']} (checks: fail): "
                 + "; ".join(f.message for f in report.errors())
                 + f". Details in the ledger ({self.project.ledger_path}); fix them, then "
-                "run `ralph run` again.")
+                "run `ralph run` again."
+            )
         for w in self.budget.warnings():
             self.display.warn(w)
 
@@ -297,11 +348,13 @@ class Loop:
                 f"#{r['iteration']} {r['story_id']}: {r['outcome']}"
                 + (f" (exit {r['exit_code']})" if r.get("exit_code") not in (0, None) else "")
                 + (f" {r['error'][:80]}" if r.get("error") else "")
-                for r in self.no_progress[-n:])
+                for r in self.no_progress[-n:]
+            )
             raise Stuck(
                 f"stuck: {n} iterations in a row with no story passed, no commit and no file "
                 f"changed ({seen}). Look at the transcripts in {self.run_dir}, fix the cause "
-                "(story too big? agent failing?), then run `ralph run` again.")
+                "(story too big? agent failing?), then run `ralph run` again."
+            )
 
     # ---- the end ----------------------------------------------------------------------------
     def _summary(self, status: str, exit_code: int, message: str) -> RunSummary:
@@ -309,16 +362,27 @@ class Loop:
 
         prd = Prd.load(Path(self.project.prd_path))
         return RunSummary(
-            run_id=self.ledger.run_id, exit_code=exit_code, status=status,
-            iterations=self.iteration, passed=prd.passed_count(), total=len(prd.stories),
-            totals=ledger.totals(self.records), message=message)
+            run_id=self.ledger.run_id,
+            exit_code=exit_code,
+            status=status,
+            iterations=self.iteration,
+            passed=prd.passed_count(),
+            total=len(prd.stories),
+            totals=ledger.totals(self.records),
+            message=message,
+        )
 
     def _finish(self, status: str, exit_code: int, message: str) -> None:
         tot = ledger.totals(self.records)
         with contextlib.suppress(Exception):
-            self.ledger.event("run_end", status=status, exit_code=exit_code,
-                              iterations=self.iteration, message=message,
-                              totals=tot.as_dict())
+            self.ledger.event(
+                "run_end",
+                status=status,
+                exit_code=exit_code,
+                iterations=self.iteration,
+                message=message,
+                totals=tot.as_dict(),
+            )
         self.ledger.close()
         if self.records:
             self.display.line("")
@@ -327,11 +391,12 @@ class Loop:
                 self.display.line(
                     f"note: {tot.iterations - tot.usage_reported} iteration(s) without "
                     "agent-reported usage; prompt figures are tiktoken estimates",
-                    style="dim")
+                    style="dim",
+                )
         if message and exit_code in (EXIT_OK, EXIT_ITERATIONS_EXHAUSTED):
             self.display.line("")
             self.display.line(message, style="bold green" if exit_code == 0 else "bold yellow")
-        self.display.line(f"ledger: {self.project.ledger_path} · transcripts: {self.run_dir}",
-                          style="dim")
+        self.display.line(
+            f"ledger: {self.project.ledger_path} · transcripts: {self.run_dir}", style="dim"
+        )
         runlog.close()
-

@@ -43,8 +43,10 @@ class Memory:
         text = fsutil.read_text(progress_path) if progress_path.is_file() else ""
         progress = Progress.parse(text)
         store = project.references
-        refs = [_reference(store, row.topic, row.path, encoding, progress_path)
-                for row in progress.index_rows]
+        refs = [
+            _reference(store, row.topic, row.path, encoding, progress_path)
+            for row in progress.index_rows
+        ]
         return cls(progress=progress, progress_text=text, references=refs, encoding=encoding)
 
     def full_history_tokens(self, encoding: str | None = None) -> int:
@@ -76,5 +78,6 @@ def _reference(store: Any, topic: str, path: str, encoding: str, progress: Path)
         text = fsutil.read_text(file)
     except OSError:  # vanished or unreadable between the check and the read
         return Reference(topic=topic, path=path, text="", tokens=0, exists=False)
-    return Reference(topic=topic, path=path, text=text, tokens=tokens.count(text, encoding),
-                     exists=True)
+    return Reference(
+        topic=topic, path=path, text=text, tokens=tokens.count(text, encoding), exists=True
+    )

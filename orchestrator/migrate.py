@@ -176,8 +176,12 @@ def _fenced(lines: list[str]) -> set[int]:
         if fence is None:
             if m and not (m.group(1)[0] == "`" and "`" in m.group(2)):
                 fence = m.group(1)
-        elif m and m.group(1)[0] == fence[0] and len(m.group(1)) >= len(fence) \
-                and not m.group(2).strip():
+        elif (
+            m
+            and m.group(1)[0] == fence[0]
+            and len(m.group(1)) >= len(fence)
+            and not m.group(2).strip()
+        ):
             fence = None
         else:
             inside.add(i)
@@ -285,8 +289,12 @@ def _classify(heading: str, body: list[str], known: list[str], seen_story: bool)
     ids = _story_ids(heading, body, known)
     m = _DATE.search(heading) or _DATE.search("\n".join(body[:3]))
     text = "\n".join([heading, *body])
-    is_entry = bool(ids or _DATE.search(heading) or _ENTRY_WORD.search(heading)
-                    or any(_LEARN_MARK.match(ln) for ln in body))
+    is_entry = bool(
+        ids
+        or _DATE.search(heading)
+        or _ENTRY_WORD.search(heading)
+        or any(_LEARN_MARK.match(ln) for ln in body)
+    )
     kind = "story" if is_entry else ("note" if not seen_story else "story")
     files = list(dict.fromkeys(_files_changed(body) + paths_in(text)))
     return Block(heading, body, kind, ids, m.group(1) if m else None, files)
@@ -355,8 +363,9 @@ def _learning_lines(body: list[str]) -> tuple[list[str], bool]:
     if any(p.strip() for p in picked):
         return picked, True
     # Session banners ("# Ralph Session ...") and metadata are structure, not knowledge.
-    return [ln for ln in body if not (_META.match(ln) or _FILES_LINE.match(ln)
-                                      or ln.startswith("# "))], False
+    return [
+        ln for ln in body if not (_META.match(ln) or _FILES_LINE.match(ln) or ln.startswith("# "))
+    ], False
 
 
 def _split_big(group: list[str], limit: int) -> list[list[str]]:
@@ -567,11 +576,16 @@ def _distinct(topics: list[tuple[str, list[Item], list[str]]]):
     return out
 
 
-def _named_chunks(name: str, items: list[Item], areas: list[str], fill: int,
-                  ) -> list[tuple[str, list[Item], list[str]]]:
+def _named_chunks(
+    name: str,
+    items: list[Item],
+    areas: list[str],
+    fill: int,
+) -> list[tuple[str, list[Item], list[str]]]:
     """One topic, or, when it would outgrow the fill level, sub-topics by shared keyword
     packed first-fit into as few references as fit ("Features / auth: session, token");
     a single keyword group too big for one reference is cut into consecutive parts."""
+
     def size(its: list[Item]) -> int:
         return sum(i.tokens for i in its)
 
@@ -672,8 +686,16 @@ def _explode(block: Block) -> list[Block]:
     for g in hits:
         text = "\n".join(g)
         m = _DATE.search(text)
-        out.append(Block("", g, "story", [_ID_BULLET.match(g[0]).group(1)],
-                         m.group(1) if m else None, paths_in(text)))
+        out.append(
+            Block(
+                "",
+                g,
+                "story",
+                [_ID_BULLET.match(g[0]).group(1)],
+                m.group(1) if m else None,
+                paths_in(text),
+            )
+        )
     return out
 
 
@@ -681,7 +703,7 @@ def _summary_title(block: Block, titles: dict[str, str]) -> str:
     for ln in block.body[:4]:  # the log's own "**Story**: 1.2 - Title" beats the prd's
         m = _STORY_FIELD.match(ln)
         if m:
-            rest = ln[m.end():].strip(" -:—–*")
+            rest = ln[m.end() :].strip(" -:—–*")
             if len(rest) >= 4:
                 return _clip(rest)
     for sid in block.story_ids:
@@ -697,8 +719,12 @@ def _summary_title(block: Block, titles: dict[str, str]) -> str:
     if len(head) < 4:
         for ln in block.body:
             label_only = re.match(r"^\W*[\w ]{1,24}\W*:\W*\S*\W*$", ln.strip())
-            if ln.strip() and not (_META.match(ln) or _FILES_LINE.match(ln) or label_only
-                                   or ln.lstrip().startswith("#")):
+            if ln.strip() and not (
+                _META.match(ln)
+                or _FILES_LINE.match(ln)
+                or label_only
+                or ln.lstrip().startswith("#")
+            ):
                 head = _bullet_key(ln).strip("*_ ")
                 head = re.sub(r"^\**[\w ]{1,24}\**\s*:\s*\**\s*", "", head)
                 for sid in block.story_ids:
@@ -729,8 +755,13 @@ def _summaries(blocks: list[Block], titles: dict[str, str]) -> list[str]:
     return lines
 
 
-def _render_progress(header: list[str], topics: list[Topic], summaries: list[str],
-                     n_entries: int, archive_path: str | None) -> str:
+def _render_progress(
+    header: list[str],
+    topics: list[Topic],
+    summaries: list[str],
+    n_entries: int,
+    archive_path: str | None,
+) -> str:
     head = "\n".join(header).rstrip()
     if not head.strip():
         head = "# Ralph Progress Log\n---"
@@ -786,15 +817,26 @@ def _split_always(units: list[list[str]], cap: int) -> tuple[list[list[str]], li
     return kept, []
 
 
-def build_plan(progress_text: str, prd: Prd | None = None, *, rel_dir: str = "ralph/references",
-               max_tokens: int = DEFAULT_MAX_TOKENS, archive_path: str | None = None) -> Plan:
+def build_plan(
+    progress_text: str,
+    prd: Prd | None = None,
+    *,
+    rel_dir: str = "ralph/references",
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    archive_path: str | None = None,
+) -> Plan:
     """Everything `build_memory` returns plus the topics and figures for a dry run."""
     before = tokens.count(progress_text)
     if is_indexed(progress_text):
         return Plan(progress_text, {}, [], [], before, before, already_indexed=True)
     if "\r\n" in progress_text:  # Windows line ends: plan on \n, write back what came in
-        plan = build_plan(progress_text.replace("\r\n", "\n"), prd, rel_dir=rel_dir,
-                          max_tokens=max_tokens, archive_path=archive_path)
+        plan = build_plan(
+            progress_text.replace("\r\n", "\n"),
+            prd,
+            rel_dir=rel_dir,
+            max_tokens=max_tokens,
+            archive_path=archive_path,
+        )
         plan.progress_text = plan.progress_text.replace("\n", "\r\n")
         plan.references = {k: v.replace("\n", "\r\n") for k, v in plan.references.items()}
         plan.tokens_before, plan.tokens_after = before, tokens.count(plan.progress_text)
@@ -853,17 +895,23 @@ def _verify_lossless(items: list[Item], kept: list[list[str]], refs: dict[str, s
             raise AssertionError(f"migrate would lose a line: {ln!r}")
 
 
-def build_memory(progress_text: str, prd: Prd | None = None, *, rel_dir: str = "ralph/references",
-                 max_tokens: int = DEFAULT_MAX_TOKENS, archive_path: str | None = None,
-                 ) -> tuple[str, dict[str, str]]:
+def build_memory(
+    progress_text: str,
+    prd: Prd | None = None,
+    *,
+    rel_dir: str = "ralph/references",
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    archive_path: str | None = None,
+) -> tuple[str, dict[str, str]]:
     """(new progress.txt text, {index path: reference text}); pure and deterministic.
 
     An already indexed text comes back unchanged with no references (migrating twice is a
     no-op). Every learning line and the whole Codebase Patterns section land verbatim in the
     references; the original file itself is archived by `apply`, not here.
     """
-    plan = build_plan(progress_text, prd, rel_dir=rel_dir, max_tokens=max_tokens,
-                      archive_path=archive_path)
+    plan = build_plan(
+        progress_text, prd, rel_dir=rel_dir, max_tokens=max_tokens, archive_path=archive_path
+    )
     return plan.progress_text, plan.references
 
 
@@ -911,22 +959,34 @@ def prepare(project: Any) -> Migration:
     when progress.txt is missing or a reference file with other content is in the way."""
     path = Path(project.progress_path)
     if not path.is_file():
-        raise InputError(f"{path}: no progress.txt to migrate. Fix: run in the project or pass "
-                         "--dir with the Ralph folder that holds progress.txt")
+        raise InputError(
+            f"{path}: no progress.txt to migrate. Fix: run in the project or pass "
+            "--dir with the Ralph folder that holds progress.txt"
+        )
     text = fsutil.read_text(path)
     archive, archived = _archive_target(project, text)
-    plan = build_plan(text, _load_prd(project), rel_dir=project.references.rel_dir,
-                      max_tokens=project.config.references.max_tokens,
-                      archive_path=project.rel(archive))
+    plan = build_plan(
+        text,
+        _load_prd(project),
+        rel_dir=project.references.rel_dir,
+        max_tokens=project.config.references.max_tokens,
+        archive_path=project.rel(archive),
+    )
     if plan.already_indexed:
-        return Migration(plan, archive, {}, ["progress.txt already has a Progress Index: "
-                                             "nothing to migrate (use `ralph compact`)"])
+        return Migration(
+            plan,
+            archive,
+            {},
+            ["progress.txt already has a Progress Index: nothing to migrate (use `ralph compact`)"],
+        )
     writes: dict[Path, str] = {} if archived else {archive: text}
     for index_path, ref in plan.references.items():
         target = project.references.resolve(index_path)
         if target.exists() and fsutil.read_text(target) != ref:
-            raise InputError(f"{target}: a different reference already exists there. Fix: move "
-                             "it aside (or add it to the index by hand), then run migrate again")
+            raise InputError(
+                f"{target}: a different reference already exists there. Fix: move "
+                "it aside (or add it to the index by hand), then run migrate again"
+            )
         writes[target] = ref
     notes = _config_writes(project, plan, writes)
     writes[path] = plan.progress_text
@@ -950,8 +1010,10 @@ def _config_writes(project: Any, plan: Plan, writes: dict[Path, str]) -> list[st
     except (yaml.YAMLError, AttributeError):
         ok = False
     if new is None or not ok:
-        return [f"add '{PATTERNS_TOPIC}' to references.always in {cfg.name} so the patterns "
-                "reference is always selected"]
+        return [
+            f"add '{PATTERNS_TOPIC}' to references.always in {cfg.name} so the patterns "
+            "reference is always selected"
+        ]
     if old:
         writes[cfg.with_name(cfg.name + ".bak")] = old
     writes[cfg] = new
@@ -975,7 +1037,7 @@ def _with_always(old: str) -> str | None:
     m = re.search(r"(?m)^references:[ \t]*\n", old)
     if not m:
         return None
-    return old[: m.end()] + f"  always: [{item}]\n" + old[m.end():]
+    return old[: m.end()] + f"  always: [{item}]\n" + old[m.end() :]
 
 
 def apply(project: Any, migration: Migration) -> None:

@@ -204,15 +204,24 @@ class _Validator:
                 hint = ""
                 if other:
                     hint = f' (found "{other[0]}": if those are Ralph stories, rename it)'
-                raise self.fail((), f'has no "userStories" list{hint}',
-                                'add "userStories": [ {"id": "US-001", "title": ...} ]')
+                raise self.fail(
+                    (),
+                    f'has no "userStories" list{hint}',
+                    'add "userStories": [ {"id": "US-001", "title": ...} ]',
+                )
             items = data["userStories"]
             if not isinstance(items, list):
-                raise self.fail(base, f"must be a list of stories, got {_kind(items)}",
-                                "make it a JSON array: [ {...}, {...} ]")
+                raise self.fail(
+                    base,
+                    f"must be a list of stories, got {_kind(items)}",
+                    "make it a JSON array: [ {...}, {...} ]",
+                )
         else:
-            raise self.fail((), f"must be an object with userStories, got {_kind(data)}",
-                            'write {"userStories": [...]} or a list of stories')
+            raise self.fail(
+                (),
+                f"must be an object with userStories, got {_kind(data)}",
+                'write {"userStories": [...]} or a list of stories',
+            )
         if not items:
             raise self.fail(base, "is empty", "add at least one story (id, title, passes)")
         stories = [self.story(item, (*base, i), i) for i, item in enumerate(items)]
@@ -229,23 +238,38 @@ class _Validator:
 
     def story(self, item: Any, p: _JsonPath, position: int) -> Story:
         if not isinstance(item, dict):
-            raise self.fail(p, f"must be an object (a story), got {_kind(item)}",
-                            'write {"id": "US-001", "title": "...", "passes": false}')
+            raise self.fail(
+                p,
+                f"must be an object (a story), got {_kind(item)}",
+                'write {"id": "US-001", "title": "...", "passes": false}',
+            )
         sid = item.get("id")
         if isinstance(sid, bool) or not isinstance(sid, (str, int)) or str(sid).strip() == "":
-            raise self.fail((*p, "id"), _missing_or_bad(item, "id", "a non-empty string"),
-                            'give the story a unique "id", e.g. "US-001"')
+            raise self.fail(
+                (*p, "id"),
+                _missing_or_bad(item, "id", "a non-empty string"),
+                'give the story a unique "id", e.g. "US-001"',
+            )
         title = item.get("title")
         # An empty title is odd but harmless (real files have them); a missing one is not.
         if not isinstance(title, str):
-            raise self.fail((*p, "title"), _missing_or_bad(item, "title", "a string"),
-                            'add a short "title" describing the story')
+            raise self.fail(
+                (*p, "title"),
+                _missing_or_bad(item, "title", "a string"),
+                'add a short "title" describing the story',
+            )
         passes = item.get("passes", False)
         if not isinstance(passes, bool):
-            raise self.fail((*p, "passes"), f"must be true or false, got {_show(passes)}",
-                            'write "passes": false (or true once the story is done)')
+            raise self.fail(
+                (*p, "passes"),
+                f"must be true or false, got {_show(passes)}",
+                'write "passes": false (or true once the story is done)',
+            )
         return Story(
-            id=str(sid), title=title, position=position, passes=passes,
+            id=str(sid),
+            title=title,
+            position=position,
+            passes=passes,
             description=self.text_field(item, p, "description"),
             notes=self.text_field(item, p, "notes"),
             priority=self.priority(item, p),
@@ -258,8 +282,11 @@ class _Validator:
         if value is None:
             return ""
         if not isinstance(value, str):
-            raise self.fail((*p, key), f"must be a string, got {_show(value)}",
-                            f'write "{key}" as a JSON string (or remove it)')
+            raise self.fail(
+                (*p, key),
+                f"must be a string, got {_show(value)}",
+                f'write "{key}" as a JSON string (or remove it)',
+            )
         return value
 
     def priority(self, item: dict, p: _JsonPath) -> int | None:
@@ -274,9 +301,11 @@ class _Validator:
         # "high" are not (is high 1 or 3?), so those are rejected with the fix.
         if isinstance(value, str) and re.fullmatch(r"\s*-?\d+\s*", value):
             return int(value)
-        raise self.fail((*p, "priority"),
-                        f"must be a whole number (1 runs first), got {_show(value)}",
-                        'write e.g. "priority": 1, or remove it to run the story last')
+        raise self.fail(
+            (*p, "priority"),
+            f"must be a whole number (1 runs first), got {_show(value)}",
+            'write e.g. "priority": 1, or remove it to run the story last',
+        )
 
     def str_list(self, item: dict, p: _JsonPath, keys: tuple[str, ...]) -> list[str]:
         key = next((k for k in keys if k in item), None)
@@ -286,12 +315,18 @@ class _Validator:
         if isinstance(value, str):
             return [value]
         if not isinstance(value, list):
-            raise self.fail((*p, key), f"must be a list of strings, got {_kind(value)}",
-                            f'write "{key}": ["...", "..."]')
+            raise self.fail(
+                (*p, key),
+                f"must be a list of strings, got {_kind(value)}",
+                f'write "{key}": ["...", "..."]',
+            )
         for i, v in enumerate(value):
             if not isinstance(v, str):
-                raise self.fail((*p, key, i), f"must be a string, got {_show(v)}",
-                                "write each entry as a JSON string")
+                raise self.fail(
+                    (*p, key, i),
+                    f"must be a string, got {_show(v)}",
+                    "write each entry as a JSON string",
+                )
         return list(value)
 
 
@@ -307,8 +342,13 @@ def _missing_or_bad(item: dict, key: str, want: str) -> str:
 
 
 def _kind(value: Any) -> str:
-    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean",
-            type(None): "null"}.get(type(value), "a number")
+    return {
+        dict: "an object",
+        list: "a list",
+        str: "a string",
+        bool: "a boolean",
+        type(None): "null",
+    }.get(type(value), "a number")
 
 
 def _show(value: Any) -> str:
@@ -336,8 +376,10 @@ class Prd:
         try:
             text = fsutil.read_text(path)
         except FileNotFoundError:
-            raise InputError(f"{path}: not found. Fix: create it (`ralph init` writes an "
-                             "example) or point --ralph-dir at the folder that holds it") from None
+            raise InputError(
+                f"{path}: not found. Fix: create it (`ralph init` writes an "
+                "example) or point --ralph-dir at the folder that holds it"
+            ) from None
         except IsADirectoryError:
             raise InputError(f"{path}: is a directory, not a prd.json file") from None
         return cls.parse(text, path)
@@ -348,11 +390,15 @@ class Prd:
         bad = re.search("[\udc80-\udcff]", text)  # undecodable bytes (fsutil.read_text)
         if bad:
             line, col = _line_col(text, bad.start())
-            raise InputError(f"{path}:{line}:{col}: is not valid UTF-8. Fix: save the file as "
-                             "UTF-8 (JSON files must be); nothing was changed")
+            raise InputError(
+                f"{path}:{line}:{col}: is not valid UTF-8. Fix: save the file as "
+                "UTF-8 (JSON files must be); nothing was changed"
+            )
         if not text[offset:].strip():
-            raise InputError(f"{path}: is empty. Fix: write the PRD as JSON "
-                             '({"userStories": [...]}) or run `ralph init` for an example')
+            raise InputError(
+                f"{path}: is empty. Fix: write the PRD as JSON "
+                '({"userStories": [...]}) or run `ralph init` for an example'
+            )
         try:
             data = json.loads(text[offset:])
         except json.JSONDecodeError as e:
@@ -425,8 +471,11 @@ class Prd:
             if s.id in changed:
                 s.passes = changed[s.id]
         fresh._sync()
-        log.info("prd.json changed on disk since it was read; re-applied passes changes",
-                 path=str(self.path), stories=sorted(changed))
+        log.info(
+            "prd.json changed on disk since it was read; re-applied passes changes",
+            path=str(self.path),
+            stories=sorted(changed),
+        )
         reserialised = self._reserialised or fresh._reserialised
         self.__dict__.update(fresh.__dict__)
         self._reserialised = reserialised

@@ -94,8 +94,12 @@ def fenced_lines(lines: list[str]) -> set[int]:
             # A backtick fence's info string cannot contain backticks (CommonMark).
             if m and not (m.group(1)[0] == "`" and "`" in m.group(2)):
                 open_at, marker = i, m.group(1)
-        elif m and m.group(1)[0] == marker[0] and len(m.group(1)) >= len(marker) \
-                and not m.group(2).strip():
+        elif (
+            m
+            and m.group(1)[0] == marker[0]
+            and len(m.group(1)) >= len(marker)
+            and not m.group(2).strip()
+        ):
             fenced.update(range(open_at, i + 1))
             open_at = None
     return fenced
@@ -403,9 +407,7 @@ _DATED_START = re.compile(
 )
 _ID_BULLET_START = re.compile(r"(?:[-*] +)?[A-Z][A-Z0-9]*-\d+[\w.]*\s*(?::|\s[-–—]\s)")
 # "**Story**: 1.1.0 - title" in the body, when the heading ("Iteration 3 - date") has no id.
-_BODY_STORY = re.compile(
-    r"\W*(?:story|task|issue)\W*:\W*([\w][\w.-]*\d[\w.-]*)\b", re.IGNORECASE
-)
+_BODY_STORY = re.compile(r"\W*(?:story|task|issue)\W*:\W*([\w][\w.-]*\d[\w.-]*)\b", re.IGNORECASE)
 
 
 def extract_story_ids(heading: str) -> list[str]:
@@ -437,8 +439,11 @@ def _body_story_ids(text: str) -> list[str]:
 
 def fallback_entry_starts(lines: list[str], strict: bool = False) -> list[int]:
     """Line numbers where a "[date] Story: ..." style entry starts, in logs without "## "."""
-    return [i for i, line in enumerate(lines)
-            if _DATED_START.match(line) or (not strict and _ID_BULLET_START.match(line))]
+    return [
+        i
+        for i, line in enumerate(lines)
+        if _DATED_START.match(line) or (not strict and _ID_BULLET_START.match(line))
+    ]
 
 
 _FILES_LABEL = re.compile(

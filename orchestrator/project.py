@@ -29,10 +29,10 @@ LEGACY_DIR = Path("scripts") / "ralph"
 
 @dataclass(frozen=True)
 class Project:
-    root: Path                       # git top level, or cwd outside git
-    ralph_dir: Path                  # prd.json, progress.txt, archive/, .last-branch, prompt.md
+    root: Path  # git top level, or cwd outside git
+    ralph_dir: Path  # prd.json, progress.txt, archive/, .last-branch, prompt.md
     config: Config
-    config_path: Path | None         # the ralph.yaml read, None when there is none
+    config_path: Path | None  # the ralph.yaml read, None when there is none
     in_git: bool
     prd_path: Path
     progress_path: Path
@@ -42,9 +42,9 @@ class Project:
     logs_dir: Path
     ledger_path: Path
     lock_path: Path
-    prompt_md: Path | None           # <ralph_dir>/prompt.md when present (Amp's instructions)
-    claude_md: Path | None           # <ralph_dir>/CLAUDE.md when present (Claude's instructions)
-    template_path: Path | None       # config.template resolved against root, if set
+    prompt_md: Path | None  # <ralph_dir>/prompt.md when present (Amp's instructions)
+    claude_md: Path | None  # <ralph_dir>/CLAUDE.md when present (Claude's instructions)
+    template_path: Path | None  # config.template resolved against root, if set
     warnings: tuple[str, ...] = field(default=())
 
     @property

@@ -40,8 +40,17 @@ log = structlog.get_logger()
 MODES = ("auto", "indexed", "full")
 USER_TEMPLATE = "prompt.template.md"
 TEMPLATE_FIELDS = (
-    "story", "story_id", "story_title", "notes", "index", "references", "progress",
-    "progress_path", "prd_path", "references_dir", "branch",
+    "story",
+    "story_id",
+    "story_title",
+    "notes",
+    "index",
+    "references",
+    "progress",
+    "progress_path",
+    "prd_path",
+    "references_dir",
+    "branch",
 )
 # References may fill at most this share of budget.prompt_tokens: with the relevance cut-off,
 # a second bound that keeps the prompt small when many items match (bench/README.md).
@@ -202,8 +211,15 @@ def build_full(inp: Inputs) -> Assembled:
         n = tok.count(text, enc)
         log_n = tok.count(inp.progress_text, enc)
         return Assembled(
-            text, "full", n, {"template": n, "progress (read by the agent)": log_n},
-            n + log_n, [], [], inp.user_prompt.name, str(inp.story.id),
+            text,
+            "full",
+            n,
+            {"template": n, "progress (read by the agent)": log_n},
+            n + log_n,
+            [],
+            [],
+            inp.user_prompt.name,
+            str(inp.story.id),
         )
     vals = _values(inp, progress=inp.progress_text.rstrip("\n"))
     text = render_template(inp.full_template, vals)
@@ -216,8 +232,7 @@ def counterfactual_tokens(inp: Inputs) -> int:
     """What Ralph would have loaded for this story: the full-mode prompt (plus the whole log
     when the agent reads progress.txt itself) and every reference, because without an index
     those learnings would sit in progress.txt."""
-    refs = sum(_ref_tokens(r, inp.encoding) for r in inp.references
-               if getattr(r, "exists", True))
+    refs = sum(_ref_tokens(r, inp.encoding) for r in inp.references if getattr(r, "exists", True))
     return build_full(inp).full_history_tokens + refs
 
 
@@ -253,13 +268,22 @@ def build_indexed(inp: Inputs, *, with_counterfactual: bool = True) -> Assembled
     missing = [r for r in inp.references if not getattr(r, "exists", True)]
     sources = present  # memory.Reference has the topic, path and text the selector reads
     query = _query(inp.story)
-    room = None if inp.budget is None else min(inp.budget - base_n,
-                                               int(REFERENCES_SHARE * inp.budget))
+    room = (
+        None if inp.budget is None else min(inp.budget - base_n, int(REFERENCES_SHARE * inp.budget))
+    )
     while True:
         selection = sel.select(
-            query, sources, budget=room, story_hints=getattr(inp.story, "references", None) or (),
-            always=inp.always, cutoff=inp.cutoff, blend=inp.blend, ref_cap=inp.ref_cap,
-            stories=_other_stories(inp), history=inp.progress_text, encoding=enc,
+            query,
+            sources,
+            budget=room,
+            story_hints=getattr(inp.story, "references", None) or (),
+            always=inp.always,
+            cutoff=inp.cutoff,
+            blend=inp.blend,
+            ref_cap=inp.ref_cap,
+            stories=_other_stories(inp),
+            history=inp.progress_text,
+            encoding=enc,
         )
         refs = sel.render(selection, sources)
         vals = {**base_vals, "references": refs}
@@ -270,15 +294,31 @@ def build_indexed(inp: Inputs, *, with_counterfactual: bool = True) -> Assembled
             break
         room -= n - inp.budget
     considered = selection.considered + [
-        {"path": r.path, "topic": r.topic, "score": 0.0, "tokens": 0, "items": 0,
-         "taken_items": 0, "taken_tokens": 0, "taken": False, "reason": "file missing"}
+        {
+            "path": r.path,
+            "topic": r.topic,
+            "score": 0.0,
+            "tokens": 0,
+            "items": 0,
+            "taken_items": 0,
+            "taken_tokens": 0,
+            "taken": False,
+            "reason": "file missing",
+        }
         for r in missing
     ]
     parts = _parts(vals, n, ("story", "index", "references", "notes"), enc)
     full_n = counterfactual_tokens(inp) if with_counterfactual else 0
     return Assembled(
-        text, "indexed", n, parts, full_n, [sources[r].path for r in selection.refs], considered,
-        inp.indexed_template.name, str(inp.story.id),
+        text,
+        "indexed",
+        n,
+        parts,
+        full_n,
+        [sources[r].path for r in selection.refs],
+        considered,
+        inp.indexed_template.name,
+        str(inp.story.id),
     )
 
 
@@ -313,8 +353,13 @@ def build(inp: Inputs, mode: str, index_rows: int, *, fresh_index: bool = False)
     out = build_indexed(inp) if resolved == "indexed" else build_full(inp)
     if resolved == "full" and inp.budget is not None and out.tokens > inp.budget:
         # Full mode is Ralph's behaviour and is never refused; the user is told once.
-        log.warning("prompt.over_budget", story=out.story_id, tokens=out.tokens,
-                    budget=inp.budget, fix="run `ralph migrate` to index progress.txt")
+        log.warning(
+            "prompt.over_budget",
+            story=out.story_id,
+            tokens=out.tokens,
+            budget=inp.budget,
+            fix="run `ralph migrate` to index progress.txt",
+        )
     log.debug("prompt.assembled", mode=resolved, tokens=out.tokens, story=out.story_id)
     return out
 
@@ -374,8 +419,15 @@ def _prd_facts(prd_path: Path) -> tuple[str, dict[str, str]]:
     return prd.branch_name or "", {s.id: s.text() for s in prd.stories}
 
 
-def inputs_for(project: Any, story: Any, memory: Any, *, notes: Sequence[str] = (),
-               budget: int | None = None, tool: str | None = None) -> Inputs:
+def inputs_for(
+    project: Any,
+    story: Any,
+    memory: Any,
+    *,
+    notes: Sequence[str] = (),
+    budget: int | None = None,
+    tool: str | None = None,
+) -> Inputs:
     cfg = project.config
     refs_cfg = getattr(cfg, "references", None)
     budget_cfg = getattr(cfg, "budget", None)
@@ -397,17 +449,25 @@ def inputs_for(project: Any, story: Any, memory: Any, *, notes: Sequence[str] = 
         paths={
             "progress_path": _rel(project.progress_path, project.root),
             "prd_path": _rel(project.prd_path, project.root),
-            "references_dir": str(getattr(store, "rel_dir", None)
-                                  or getattr(refs_cfg, "dir", "ralph/references")),
+            "references_dir": str(
+                getattr(store, "rel_dir", None) or getattr(refs_cfg, "dir", "ralph/references")
+            ),
             "branch": branch,
         },
         stories=stories,
     )
 
 
-def assemble(project: Any, story: Any, memory: Any, *, mode: str | None = None,
-             notes: Sequence[str] = (), budget: int | None = None,
-             tool: str | None = None) -> Assembled:
+def assemble(
+    project: Any,
+    story: Any,
+    memory: Any,
+    *,
+    mode: str | None = None,
+    notes: Sequence[str] = (),
+    budget: int | None = None,
+    tool: str | None = None,
+) -> Assembled:
     """The prompt `ralph run` sends for `story` (the loop's contract; see architecture.md).
 
     `mode` None means the project's configured mode (config `mode`, default auto); `budget`
@@ -417,5 +477,4 @@ def assemble(project: Any, story: Any, memory: Any, *, mode: str | None = None,
     progress = memory.progress
     rows = len(getattr(progress, "index_rows", []) or [])
     fresh = bool(getattr(progress, "has_index", False)) and not getattr(progress, "entries", [])
-    return build(inp, str(mode or getattr(project.config, "mode", "auto")), rows,
-                 fresh_index=fresh)
+    return build(inp, str(mode or getattr(project.config, "mode", "auto")), rows, fresh_index=fresh)

@@ -32,10 +32,13 @@ _PATTERNS = [
 # Keep the label, mask the value: "Bearer abc" -> "Bearer [REDACTED]".
 _LABELLED = [
     re.compile(r"(\bBearer\s+)[A-Za-z0-9._~+/=\-]{8,}", re.IGNORECASE),
-    re.compile(r"((?:aws_secret_access_key|secret_access_key)\s*[=:]\s*[\"']?)[A-Za-z0-9/+=]{40}",
-               re.IGNORECASE),
-    re.compile(r"((?:x-api-key|api[_-]?key)\"?\s*[=:]\s*[\"']?)[A-Za-z0-9._\-]{12,}",
-               re.IGNORECASE),
+    re.compile(
+        r"((?:aws_secret_access_key|secret_access_key)\s*[=:]\s*[\"']?)[A-Za-z0-9/+=]{40}",
+        re.IGNORECASE,
+    ),
+    re.compile(
+        r"((?:x-api-key|api[_-]?key)\"?\s*[=:]\s*[\"']?)[A-Za-z0-9._\-]{12,}", re.IGNORECASE
+    ),
 ]
 
 
@@ -46,8 +49,7 @@ def secret_values(env: Mapping[str, str] | None = None) -> list[str]:
     return sorted(values, key=len, reverse=True)
 
 
-def redact(text: str, env: Mapping[str, str] | None = None,
-           extra: Iterable[str] = ()) -> str:
+def redact(text: str, env: Mapping[str, str] | None = None, extra: Iterable[str] = ()) -> str:
     """`text` with secrets replaced by [REDACTED]. env defaults to os.environ."""
     for value in [*secret_values(env), *extra]:
         if value and value in text:

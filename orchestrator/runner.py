@@ -79,25 +79,49 @@ def run(
     # PWD must name the agent's folder: some CLIs (opencode) trust $PWD over getcwd().
     full_env = {**os.environ, **(env or {}), "PWD": os.path.abspath(cwd)}
     redactor = Redactor(full_env)
-    trampoline = [sys.executable, "-I", "-S", stdin_exec.__file__,
-                  str(stdin_file) if stdin_file is not None else "-", "--", *map(str, argv)]
+    trampoline = [
+        sys.executable,
+        "-I",
+        "-S",
+        stdin_exec.__file__,
+        str(stdin_file) if stdin_file is not None else "-",
+        "--",
+        *map(str, argv),
+    ]
     start = time.monotonic()
     child = pexpect.spawn(
-        trampoline[0], trampoline[1:], cwd=str(cwd), env=full_env, echo=False,
-        encoding="utf-8", codec_errors="replace", dimensions=(PTY_ROWS, PTY_COLUMNS),
+        trampoline[0],
+        trampoline[1:],
+        cwd=str(cwd),
+        env=full_env,
+        echo=False,
+        encoding="utf-8",
+        codec_errors="replace",
+        dimensions=(PTY_ROWS, PTY_COLUMNS),
     )
     child.delayafterclose = child.delayafterterminate = 0.05  # pexpect's 0.1 s sleeps
     log.debug("agent_spawned", pid=child.pid, argv=[redactor(a)[:200] for a in argv])
     with _open_transcript(transcript_path) as transcript:
         reader = _LineReader(on_line, transcript, redactor)
         with _stop_signals_interrupt():
-            timed_out, interrupted = _supervise(child, reader, start, wall_timeout,
-                                                idle_timeout, grace)
+            timed_out, interrupted = _supervise(
+                child, reader, start, wall_timeout, idle_timeout, grace
+            )
     exit_code = _exit_code(child)
-    outcome = RunOutcome(exit_code, "\n".join(reader.lines), timed_out, interrupted,
-                         round(time.monotonic() - start, 3))
-    log.debug("agent_finished", exit_code=exit_code, timed_out=timed_out,
-              interrupted=interrupted, duration_s=outcome.duration_s)
+    outcome = RunOutcome(
+        exit_code,
+        "\n".join(reader.lines),
+        timed_out,
+        interrupted,
+        round(time.monotonic() - start, 3),
+    )
+    log.debug(
+        "agent_finished",
+        exit_code=exit_code,
+        timed_out=timed_out,
+        interrupted=interrupted,
+        duration_s=outcome.duration_s,
+    )
     return outcome
 
 
@@ -123,9 +147,15 @@ def run_agent(
             on_line(redactor(shown))
 
     outcome = run(
-        agent.argv(Path(prompt_file)), cwd=cwd, env=agent.env(),
-        stdin_file=agent.stdin_file(Path(prompt_file)), transcript_path=transcript_path,
-        on_line=show, wall_timeout=wall_timeout, idle_timeout=idle_timeout, grace=grace,
+        agent.argv(Path(prompt_file)),
+        cwd=cwd,
+        env=agent.env(),
+        stdin_file=agent.stdin_file(Path(prompt_file)),
+        transcript_path=transcript_path,
+        on_line=show,
+        wall_timeout=wall_timeout,
+        idle_timeout=idle_timeout,
+        grace=grace,
     )
     result = agent.parse(outcome.output, outcome.exit_code)
     # Error texts go to the ledger and the terminal: redact them (the final message stays
@@ -137,7 +167,8 @@ def run_agent(
         result.is_error = True
         why = f"{outcome.timed_out} timeout" if outcome.timed_out else "interrupted"
         result.error = f"{agent.name} stopped: {why}" + (
-            f"; {result.error}" if result.error else "")
+            f"; {result.error}" if result.error else ""
+        )
     return outcome, result
 
 
@@ -160,9 +191,14 @@ def clean_line(raw: str) -> str:
     return _ESCAPES.sub("", line) if ("\x1b" in line or not line.isprintable()) else line
 
 
-def _supervise(child: pexpect.spawn, reader: _LineReader, start: float,
-               wall_timeout: float | None, idle_timeout: float | None,
-               grace: float) -> tuple[TimedOut | None, bool]:
+def _supervise(
+    child: pexpect.spawn,
+    reader: _LineReader,
+    start: float,
+    wall_timeout: float | None,
+    idle_timeout: float | None,
+    grace: float,
+) -> tuple[TimedOut | None, bool]:
     """Pump output until exit/timeout/Ctrl-C, then end the group; (timed_out, interrupted)."""
     timed_out, interrupted = None, False
     try:
@@ -218,8 +254,9 @@ def _stop_signals_interrupt():
 class _LineReader:
     """Turns pty chunks into lines; each line goes to on_line and the transcript."""
 
-    def __init__(self, on_line: Callable[[str], None] | None, transcript: IO[str] | None,
-                 redactor: Redactor) -> None:
+    def __init__(
+        self, on_line: Callable[[str], None] | None, transcript: IO[str] | None, redactor: Redactor
+    ) -> None:
         self.on_line, self.transcript, self.redactor = on_line, transcript, redactor
         self.lines: list[str] = []
         self.partial: list[str] = []  # pieces of the unfinished line (no quadratic joins)
@@ -265,8 +302,13 @@ def _open_transcript(path: Path | str | None):
         yield f
 
 
-def _pump(child: pexpect.spawn, reader: _LineReader, start: float,
-          wall_timeout: float | None, idle_timeout: float | None) -> TimedOut | None:
+def _pump(
+    child: pexpect.spawn,
+    reader: _LineReader,
+    start: float,
+    wall_timeout: float | None,
+    idle_timeout: float | None,
+) -> TimedOut | None:
     """Read until EOF or a timeout; returns which timeout fired, if any."""
     last_output = time.monotonic()
     exited_at: float | None = None

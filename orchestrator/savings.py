@@ -75,13 +75,24 @@ class Savings:
     def totals(self) -> dict[str, Any]:
         full = sum(r.full_tokens for r in self.rows)
         indexed = sum(r.indexed_tokens for r in self.rows)
-        return {"stories": len(self.rows), "full_tokens": full, "indexed_tokens": indexed,
-                "saved_tokens": full - indexed, "saved_pct": round(pct(full, indexed), 1)}
+        return {
+            "stories": len(self.rows),
+            "full_tokens": full,
+            "indexed_tokens": indexed,
+            "saved_tokens": full - indexed,
+            "saved_pct": round(pct(full, indexed), 1),
+        }
 
     def to_dict(self) -> dict[str, Any]:
-        return {"project": self.project, "source": self.source, "entries": self.entries,
-                "rows": [r.to_dict() for r in self.rows], "totals": self.totals(),
-                "current": self.current, "notes": self.notes}
+        return {
+            "project": self.project,
+            "source": self.source,
+            "entries": self.entries,
+            "rows": [r.to_dict() for r in self.rows],
+            "totals": self.totals(),
+            "current": self.current,
+            "notes": self.notes,
+        }
 
 
 def pct(full: int, indexed: int) -> float:
@@ -105,11 +116,15 @@ def log_source(project: Any) -> tuple[Path | None, str | None]:
         return path, None
     archived = sorted(Path(project.archive_dir).glob(ARCHIVE_GLOB))
     if archived:
-        return archived[-1], (f"{project.rel(path)} is indexed: replaying the original log "
-                              f"archived by migrate, {project.rel(archived[-1])}")
-    return None, (f"{project.rel(path)} is already indexed and no original log is archived "
-                  f"({ARCHIVE_GLOB} in {project.rel(project.archive_dir)}): "
-                  "only the next story is measured")
+        return archived[-1], (
+            f"{project.rel(path)} is indexed: replaying the original log "
+            f"archived by migrate, {project.rel(archived[-1])}"
+        )
+    return None, (
+        f"{project.rel(path)} is already indexed and no original log is archived "
+        f"({ARCHIVE_GLOB} in {project.rel(project.archive_dir)}): "
+        "only the next story is measured"
+    )
 
 
 def chronological(text: str) -> list[tuple[Entry, tuple[int, int]]]:
@@ -118,8 +133,10 @@ def chronological(text: str) -> list[tuple[Entry, tuple[int, int]]]:
     for e in Progress.parse(text).entries:
         start = text.find(e.text, pos)
         if start < 0:  # cannot happen for a lossless parse; never guess a span
-            raise InputError(f"progress log: entry {e.heading!r} not found verbatim; "
-                             "please report this file (progress.Progress is lossless)")
+            raise InputError(
+                f"progress log: entry {e.heading!r} not found verbatim; "
+                "please report this file (progress.Progress is lossless)"
+            )
         pairs.append((e, (start, start + len(e.text))))
         pos = start + len(e.text)
     dates = [e.date[:10] for e, _ in pairs if e.date and re.match(r"\d{4}-\d{2}-\d{2}", e.date)]
@@ -167,18 +184,21 @@ def _load_prd(path: Path) -> tuple[Prd | None, str | None]:
 # ------------------------------------------------------------------------- prompts
 
 
-def _memory_at(log_text: str, prd: Prd | None, rel_dir: str, cap: int | None,
-               enc: str) -> tuple[Progress, list[Reference]]:
+def _memory_at(
+    log_text: str, prd: Prd | None, rel_dir: str, cap: int | None, enc: str
+) -> tuple[Progress, list[Reference]]:
     before_index = Progress.parse(log_text)
     if before_index.index_text and not before_index.index_rows:
         # `ralph init`'s empty index: migrate leaves any indexed log alone, so cut it out.
         log_text = log_text.replace(before_index.index_text, "", 1)
     new_text, ref_texts = migrate.build_memory(
-        log_text, prd, rel_dir=rel_dir, max_tokens=cap or migrate.DEFAULT_MAX_TOKENS)
+        log_text, prd, rel_dir=rel_dir, max_tokens=cap or migrate.DEFAULT_MAX_TOKENS
+    )
     progress = Progress.parse(new_text)
     topics = {r.path: r.topic for r in progress.index_rows}
-    refs = [Reference(topics.get(p, p), p, t, tok.count(t, enc), True)
-            for p, t in ref_texts.items()]
+    refs = [
+        Reference(topics.get(p, p), p, t, tok.count(t, enc), True) for p, t in ref_texts.items()
+    ]
     return progress, refs
 
 
@@ -188,28 +208,47 @@ def _indexed(inp: pr.Inputs) -> tuple[pr.Assembled, bool]:
     except pr.PromptOverBudget:
         # `ralph run` would stop here; the figure without the budget still says what the
         # index alone costs, and the row is flagged.
-        return pr.build_indexed(dataclasses.replace(inp, budget=None),
-                                with_counterfactual=False), True
+        return pr.build_indexed(
+            dataclasses.replace(inp, budget=None), with_counterfactual=False
+        ), True
 
 
 def replay_row(base: pr.Inputs, k: int, entry: Entry, log_text: str, prd: Prd | None) -> Row:
     story = story_for(entry, prd, k)
-    progress, refs = _memory_at(log_text, prd, base.paths.get("references_dir",
-                                "ralph/references"), base.ref_cap, base.encoding)
+    progress, refs = _memory_at(
+        log_text,
+        prd,
+        base.paths.get("references_dir", "ralph/references"),
+        base.ref_cap,
+        base.encoding,
+    )
     always = tuple(base.always)
     if any(r.topic == migrate.PATTERNS_TOPIC for r in refs):
         always += (migrate.PATTERNS_TOPIC,)  # what migrate adds to ralph.yaml
-    inp = dataclasses.replace(base, story=story, progress_text=log_text,
-                              index_text=progress.index_text, references=refs, always=always)
+    inp = dataclasses.replace(
+        base,
+        story=story,
+        progress_text=log_text,
+        index_text=progress.index_text,
+        references=refs,
+        always=always,
+    )
     indexed, over = _indexed(inp)
     # The references were cut from this very log: Ralph had them once, in the log, so the
     # counterfactual must not add them again (prompt.counterfactual_tokens adds a real
     # project's references, whose learnings are no longer in its progress.txt).
     full = pr.counterfactual_tokens(dataclasses.replace(inp, references=[]))
-    return Row(k=k, story_id=str(story.id), title=str(story.title),
-               log_tokens=tok.count(log_text, base.encoding),
-               full_tokens=full, indexed_tokens=indexed.tokens,
-               references=len(refs), selected=indexed.selected, over_budget=over)
+    return Row(
+        k=k,
+        story_id=str(story.id),
+        title=str(story.title),
+        log_tokens=tok.count(log_text, base.encoding),
+        full_tokens=full,
+        indexed_tokens=indexed.tokens,
+        references=len(refs),
+        selected=indexed.selected,
+        over_budget=over,
+    )
 
 
 def _base_inputs(project: Any, first: Story) -> pr.Inputs:
@@ -229,13 +268,19 @@ def current_state(project: Any, prd: Prd | None) -> dict[str, Any] | None:
         a = pr.assemble(project, story, memory, mode="indexed")
     except pr.PromptOverBudget as exc:
         return {"story_id": story.id, "error": str(exc)}
-    return {"story_id": story.id, "title": story.title, "indexed_tokens": a.tokens,
-            "full_tokens": a.full_history_tokens, "selected": a.selected,
-            "saved_pct": round(pct(a.full_history_tokens, a.tokens), 1)}
+    return {
+        "story_id": story.id,
+        "title": story.title,
+        "indexed_tokens": a.tokens,
+        "full_tokens": a.full_history_tokens,
+        "selected": a.selected,
+        "saved_pct": round(pct(a.full_history_tokens, a.tokens), 1),
+    }
 
 
-def measure(project: Any, *, last: int | None = None,
-            on_row: Callable[[int, int], None] | None = None) -> Savings:
+def measure(
+    project: Any, *, last: int | None = None, on_row: Callable[[int, int], None] | None = None
+) -> Savings:
     """Replay the project's history (the last `last` stories only, if given).
 
     Each row rebuilds the memory from scratch (as migrating at that point would), so a long
@@ -250,17 +295,24 @@ def measure(project: Any, *, last: int | None = None,
         base = _base_inputs(project, story_for(pairs[0][0], prd, 1))
         first = 2 if last is None else max(2, len(pairs) - last + 1)
         for k in range(first, len(pairs) + 1):
-            log_text = before(text, [span for _, span in pairs[k - 1:]])
+            log_text = before(text, [span for _, span in pairs[k - 1 :]])
             rows.append(replay_row(base, k, pairs[k - 1][0], log_text, prd))
             if on_row:
                 on_row(len(rows), len(pairs) - first + 1)
     elif source is not None:
-        notes.append(f"{project.rel(source)} has {len(pairs)} story "
-                     f"entr{'y' if len(pairs) == 1 else 'ies'}: savings need at least 2")
+        notes.append(
+            f"{project.rel(source)} has {len(pairs)} story "
+            f"entr{'y' if len(pairs) == 1 else 'ies'}: savings need at least 2"
+        )
     name = (prd.project if prd and prd.project else None) or Path(project.root).name
-    return Savings(project=name, source=project.rel(source) if source else "",
-                   entries=len(pairs), rows=rows, current=current_state(project, prd),
-                   notes=notes)
+    return Savings(
+        project=name,
+        source=project.rel(source) if source else "",
+        entries=len(pairs),
+        rows=rows,
+        current=current_state(project, prd),
+        notes=notes,
+    )
 
 
 # ------------------------------------------------------------------------- outputs
@@ -279,8 +331,10 @@ def render_chart(s: Savings, path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     ks = [r.k for r in s.rows]
-    series = {"full history (Ralph)": [r.full_tokens for r in s.rows],
-              "indexed (ralph-index)": [r.indexed_tokens for r in s.rows]}
+    series = {
+        "full history (Ralph)": [r.full_tokens for r in s.rows],
+        "indexed (ralph-index)": [r.indexed_tokens for r in s.rows],
+    }
     fig, (per, cum) = plt.subplots(1, 2, figsize=(11, 4.2), dpi=110)
     for label, ys in series.items():
         per.plot(ks, ys, marker="o", markersize=3, label=label)

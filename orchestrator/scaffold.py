@@ -179,19 +179,28 @@ def add_context_indexing(path: Path, references_dir: str = _DEFAULT_REFS) -> Act
     new = old + sep + context_section(references_dir)
     backup = _keep_backup(path)
     fsutil.atomic_write_text(path, new)
-    diff = "".join(difflib.unified_diff(
-        old.splitlines(keepends=True), new.splitlines(keepends=True),
-        fromfile=f"{path.name} (before)", tofile=f"{path.name} (after)",
-    ))
-    return Action("updated", path, f"appended '{SECTION_HEADING}'; original kept as "
-                  f"{backup.name}", diff=diff, backup=backup)
+    diff = "".join(
+        difflib.unified_diff(
+            old.splitlines(keepends=True),
+            new.splitlines(keepends=True),
+            fromfile=f"{path.name} (before)",
+            tofile=f"{path.name} (after)",
+        )
+    )
+    return Action(
+        "updated",
+        path,
+        f"appended '{SECTION_HEADING}'; original kept as {backup.name}",
+        diff=diff,
+        backup=backup,
+    )
 
 
 def init_project(
     cwd: Path, ralph_dir: str | None = None, *, force: bool = False, example: str = "example"
 ) -> InitResult:
     """Add ralph.yaml, progress.txt, prd.json, the references folder and a .gitignore entry."""
-    _check_example(example)     # bad input changes nothing: check before the first write
+    _check_example(example)  # bad input changes nothing: check before the first write
     project = locate(cwd, ralph_dir)
     result = InitResult(project)
     project.ralph_dir.mkdir(parents=True, exist_ok=True)
@@ -199,8 +208,10 @@ def init_project(
     configured = project.config.ralph_dir
     same = configured is not None and (project.root / configured).resolve() == project.ralph_dir
     if ralph_dir and project.config_path is not None and not same:
-        config_note = (f"exists; its ralph_dir is {configured!r}: set it to this folder "
-                       "or pass --dir to later commands")
+        config_note = (
+            f"exists; its ralph_dir is {configured!r}: set it to this folder "
+            "or pass --dir to later commands"
+        )
     result.actions += [
         _put(project.root / CONFIG_FILE, render_config(project), force, config_note),
         _prd(project, force, example),
@@ -210,7 +221,5 @@ def init_project(
     ]
     for instructions in (project.ralph_dir / "prompt.md", project.ralph_dir / "CLAUDE.md"):
         if instructions.is_file():
-            result.actions.append(
-                add_context_indexing(instructions, project.config.references.dir)
-            )
+            result.actions.append(add_context_indexing(instructions, project.config.references.dir))
     return result

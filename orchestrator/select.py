@@ -270,9 +270,13 @@ def _ref_index(topic: str, path: str, text: str) -> _RefIndex:
     postings = {t: (tuple(r), tuple(c), counts[t]) for t, (r, c) in post.items()}
     postings.update({t: ((), (), c) for t, c in counts.items() if t not in postings})
     return _RefIndex(
-        items, postings, keys + tuple(keys[i] for i, _ in ctx),
+        items,
+        postings,
+        keys + tuple(keys[i] for i, _ in ctx),
         np.array([p[0] for p in profiles] + [p[0] for _, p in ctx], dtype=float),
-        np.arange(len(items) + len(ctx)) < len(items), total)
+        np.arange(len(items) + len(ctx)) < len(items),
+        total,
+    )
 
 
 def bm25(query: Sequence[str], docs: Sequence[Sequence[str]]) -> list[float]:
@@ -335,7 +339,8 @@ def _tag_ids(key: str) -> tuple[str, ...]:
 
 # Story ids ("US-003", "1.2") and dates (migrate tags a story without an id by its date).
 _LOG_ID = re.compile(
-    r"(?<![\w.-])([A-Za-z][\w.]*-[\w.-]*\d[\w.]*|\d{4}-\d{2}-\d{2}|\d+(?:\.\d+)+)(?![\w-])")
+    r"(?<![\w.-])([A-Za-z][\w.]*-[\w.-]*\d[\w.]*|\d{4}-\d{2}-\d{2}|\d+(?:\.\d+)+)(?![\w-])"
+)
 
 
 def story_order(history: str) -> dict[str, int]:
@@ -366,8 +371,14 @@ class _Scored:
     ref_scores: np.ndarray
 
 
-def _score(query: str, sources: Sequence[Source], blend: float,
-           stories: Mapping[str, str] | None, history: str, recency: float) -> _Scored:
+def _score(
+    query: str,
+    sources: Sequence[Source],
+    blend: float,
+    stories: Mapping[str, str] | None,
+    history: str,
+    recency: float,
+) -> _Scored:
     terms = list(dict.fromkeys(tokenize(query)))
     index = [_ref_index(s.topic, s.path, s.text) for s in sources]
     sizes = np.array([len(ix.items) for ix in index], dtype=int)
@@ -411,8 +422,13 @@ def _score(query: str, sources: Sequence[Source], blend: float,
     return _Scored(index, item_ref, np.round(mixed, 6), np.round(refs, 6))
 
 
-def _add_stories(names: list[str], stories: Mapping[str, str], col: dict[str, int],
-                 g_tf: np.ndarray, g_n: np.ndarray) -> None:
+def _add_stories(
+    names: list[str],
+    stories: Mapping[str, str],
+    col: dict[str, int],
+    g_tf: np.ndarray,
+    g_n: np.ndarray,
+) -> None:
     """The prd.json text of the story each group came from, as part of the group."""
     if not stories:
         return
@@ -425,10 +441,15 @@ def _add_stories(names: list[str], stories: Mapping[str, str], col: dict[str, in
                     g_tf[g, col[t]] += counts[t]
 
 
-def score_items(query: str, sources: Sequence[Source], chunks: Sequence[Chunk] = (),
-                blend: float = DEFAULT_BLEND, stories: Mapping[str, str] | None = None,
-                history: str = "", recency: float = DEFAULT_RECENCY,
-                ) -> tuple[list[float], list[float]]:
+def score_items(
+    query: str,
+    sources: Sequence[Source],
+    chunks: Sequence[Chunk] = (),
+    blend: float = DEFAULT_BLEND,
+    stories: Mapping[str, str] | None = None,
+    history: str = "",
+    recency: float = DEFAULT_RECENCY,
+) -> tuple[list[float], list[float]]:
     """(item scores in `chunks_of(sources)` order, reference scores), scaled to [0, 1] and
     rounded so float noise can never reorder equal candidates between runs.
 
@@ -526,24 +547,40 @@ def _dropped(sc: _Scored, free: np.ndarray, passing: np.ndarray, n_refs: int) ->
     return stats
 
 
-def _considered(sources: Sequence[Source], ref_scores: list[float], stats: dict[int, dict],
-                tier: dict[int, int]) -> list[dict]:
+def _considered(
+    sources: Sequence[Source], ref_scores: list[float], stats: dict[int, dict], tier: dict[int, int]
+) -> list[dict]:
     rows = []
     for r, src in enumerate(sources):
         st = stats[r]
         why = sorted(st["why"], key=_REASON_ORDER.index)
-        rows.append({
-            "path": src.path, "topic": src.topic, "score": ref_scores[r] if ref_scores else 0.0,
-            "tokens": getattr(src, "tokens", None), "items": st["items"],
-            "taken_items": st["taken"], "taken_tokens": st["taken_tokens"],
-            "taken": st["taken"] > 0, "reason": ", ".join(why),
-        })
+        rows.append(
+            {
+                "path": src.path,
+                "topic": src.topic,
+                "score": ref_scores[r] if ref_scores else 0.0,
+                "tokens": getattr(src, "tokens", None),
+                "items": st["items"],
+                "taken_items": st["taken"],
+                "taken_tokens": st["taken_tokens"],
+                "taken": st["taken"] > 0,
+                "reason": ", ".join(why),
+            }
+        )
     rows.sort(key=lambda x: (-x["taken_tokens"], -x["score"], x["path"]))
     return rows
 
 
-_REASON_ORDER = ["hint: story", "always", "relevant", "over budget",
-                 "over references.max_tokens", "below cut-off", "no match", "empty"]
+_REASON_ORDER = [
+    "hint: story",
+    "always",
+    "relevant",
+    "over budget",
+    "over references.max_tokens",
+    "below cut-off",
+    "no match",
+    "empty",
+]
 
 
 def _trim(chunk: Chunk, limit: int, encoding: str) -> Chunk | None:

@@ -58,8 +58,9 @@ def sleep_forever() -> None:
         time.sleep(3600)
 
 
-def early_faults(stream: Stream, faults: set[str], opts: Options, prompt: str,
-                 prd: Prd) -> int | None:
+def early_faults(
+    stream: Stream, faults: set[str], opts: Options, prompt: str, prd: Prd
+) -> int | None:
     """Faults that stop the run before any work; an exit code, or None to go on."""
     if "hang" in faults:
         sleep_forever()
@@ -82,9 +83,17 @@ def early_faults(stream: Stream, faults: set[str], opts: Options, prompt: str,
         return 1
     if "limit-event" in faults:
         resets = int(time.time() + opts.limit_reset)
-        stream.emit({"type": "rate_limit_event", "rate_limit_info": {
-            "status": "rejected", "resetsAt": resets, "rateLimitType": "five_hour"},
-            "session_id": stream.session_id})
+        stream.emit(
+            {
+                "type": "rate_limit_event",
+                "rate_limit_info": {
+                    "status": "rejected",
+                    "resetsAt": resets,
+                    "rateLimitType": "five_hour",
+                },
+                "session_id": stream.session_id,
+            }
+        )
         stream.result(f"Claude AI usage limit reached|{resets}", is_error=True)
         return 1
     if "limit-text" in faults:
@@ -92,8 +101,10 @@ def early_faults(stream: Stream, faults: set[str], opts: Options, prompt: str,
         stream.result(opts.limit_text, is_error=True)
         return 1
     if "limit-429" in faults:
-        text = ("API Error: Request rejected (429) · Number of request tokens has exceeded "
-                "your per-minute rate limit")
+        text = (
+            "API Error: Request rejected (429) · Number of request tokens has exceeded "
+            "your per-minute rate limit"
+        )
         stream.say(text, counted=False)
         stream.result(text, is_error=True, api_error_status=429)
         return 1
@@ -102,8 +113,13 @@ def early_faults(stream: Stream, faults: set[str], opts: Options, prompt: str,
 
 def run(opts: Options, root: Path, out=None) -> int:
     prompt = read_prompt(opts)
-    stream = Stream(cwd=str(root), model=opts.model, encoding=opts.encoding, delay=opts.delay,
-                    out=out or sys.stdout)
+    stream = Stream(
+        cwd=str(root),
+        model=opts.model,
+        encoding=opts.encoding,
+        delay=opts.delay,
+        out=out or sys.stdout,
+    )
     stream.read_prompt(prompt)
     ws = sim_prompt.locate(root, prompt, opts.ralph_dir)
     if ws is None:
@@ -113,8 +129,9 @@ def run(opts: Options, root: Path, out=None) -> int:
     prd = Prd.load(ws.prd_path)
     progress = Progress.load(ws.progress_path) if ws.progress_path.is_file() else None
     story = choose_story(prd, prompt)
-    active = opts.faults if sim_options.fault_applies(
-        opts, story.id if story else None, root) else set()
+    active = (
+        opts.faults if sim_options.fault_applies(opts, story.id if story else None, root) else set()
+    )
     code = early_faults(stream, active, opts, prompt, prd)
     if code is not None:
         return code
@@ -125,8 +142,16 @@ def run(opts: Options, root: Path, out=None) -> int:
         return 0
     from orchestrator.sim_work import Work  # pydantic et al.: only when there is work to do
 
-    work = Work(stream=stream, ws=ws, prd=prd, story=story, prompt=prompt,
-                mode=choose_mode(prompt, progress), faults=active, opts=opts)
+    work = Work(
+        stream=stream,
+        ws=ws,
+        prd=prd,
+        story=story,
+        prompt=prompt,
+        mode=choose_mode(prompt, progress),
+        faults=active,
+        opts=opts,
+    )
     return work.run()
 
 

@@ -34,7 +34,7 @@ FAULTS = {
     "hang": "print nothing and sleep forever",
     "hang-after-output": "start work (init, a message, a read), then sleep forever",
     "limit-event": "rate_limit_event rejected with resetsAt, error result, exit 1",
-    "limit-text": "error result \"You've hit your limit · resets 7pm (...)\", exit 1",
+    "limit-text": 'error result "You\'ve hit your limit · resets 7pm (...)", exit 1',
     "limit-429": "API Error 429 result like the real CLI, exit 1",
     "transient": "print 'Error: No messages returned' and exit 1",
     "noop": "read, then finish normally without doing the story",
@@ -74,21 +74,34 @@ def _parser() -> argparse.ArgumentParser:
         "stdin, does one story from the project's sim script, prints Claude-style "
         "stream-json. Faults: " + ", ".join(sorted(FAULTS)),
     )
-    p.add_argument("--fault", action="append", default=None,
-                   help="misbehave on purpose (repeatable or comma list; see FAULTS)")
+    p.add_argument(
+        "--fault",
+        action="append",
+        default=None,
+        help="misbehave on purpose (repeatable or comma list; see FAULTS)",
+    )
     p.add_argument("--fault-story", default=None, help="only for these story ids (comma list)")
-    p.add_argument("--fault-times", type=int, default=None,
-                   help="only the first N matching runs (counted in the state file)")
-    p.add_argument("--state", default=None,
-                   help="state file (default <git dir>/ralph-sim-state.json)")
+    p.add_argument(
+        "--fault-times",
+        type=int,
+        default=None,
+        help="only the first N matching runs (counted in the state file)",
+    )
+    p.add_argument(
+        "--state", default=None, help="state file (default <git dir>/ralph-sim-state.json)"
+    )
     p.add_argument("--delay", type=float, default=None, help="seconds to pause after each step")
     p.add_argument("--script", default=None, help="sim script (default <Ralph folder>/sim.yaml)")
     p.add_argument("--ralph-dir", default=None, help="folder holding prd.json and progress.txt")
     p.add_argument("--model", default=None, help="model name to report (default claude-sim)")
     p.add_argument("--encoding", default=None, help="tiktoken encoding (default o200k_base)")
     p.add_argument("--exit-code", type=int, default=None, help="exit code of crash faults (2)")
-    p.add_argument("--limit-reset", type=float, default=None,
-                   help="limit-event resets this many seconds from now (2)")
+    p.add_argument(
+        "--limit-reset",
+        type=float,
+        default=None,
+        help="limit-event resets this many seconds from now (2)",
+    )
     p.add_argument("--limit-text", default=None, help="message of the limit-text fault")
     p.add_argument("--prompt-file", default=None, help="read the prompt here, not stdin")
     # Accepted for command-line compatibility with `claude -p ... --verbose`; no effect.
@@ -119,18 +132,25 @@ def parse(argv: list[str], env: dict[str, str] | None = None) -> Options:
         faults |= _split(value)
     unknown = sorted(faults - set(FAULTS))
     if unknown:
-        raise UsageError(f"sim agent: unknown fault {', '.join(unknown)} (--fault / "
-                         f"RALPH_SIM_FAULT); use one of {', '.join(sorted(FAULTS))}")
+        raise UsageError(
+            f"sim agent: unknown fault {', '.join(unknown)} (--fault / "
+            f"RALPH_SIM_FAULT); use one of {', '.join(sorted(FAULTS))}"
+        )
     opts.faults = faults
     opts.fault_stories = _split(_pick(ns.fault_story, env, "RALPH_SIM_FAULT_STORY"))
     times = _pick(ns.fault_times, env, "RALPH_SIM_FAULT_TIMES")
     opts.fault_times = int(times) if times else None
     for name, attr, conv in (
-        ("state", "state", Path), ("script", "script", Path),
-        ("ralph_dir", "ralph_dir", Path), ("model", "model", str),
-        ("encoding", "encoding", str), ("delay", "delay", float),
-        ("exit_code", "exit_code", int), ("limit_reset", "limit_reset", float),
-        ("limit_text", "limit_text", str), ("prompt_file", "prompt_file", Path),
+        ("state", "state", Path),
+        ("script", "script", Path),
+        ("ralph_dir", "ralph_dir", Path),
+        ("model", "model", str),
+        ("encoding", "encoding", str),
+        ("delay", "delay", float),
+        ("exit_code", "exit_code", int),
+        ("limit_reset", "limit_reset", float),
+        ("limit_text", "limit_text", str),
+        ("prompt_file", "prompt_file", Path),
     ):
         value = _pick(getattr(ns, name), env, "RALPH_SIM_" + name.upper())
         if value is not None:

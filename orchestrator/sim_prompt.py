@@ -20,16 +20,33 @@ from pathlib import Path
 
 _WRAP = r"[\s>*_`-]*"
 _STORY = re.compile(
-    r"^" + _WRAP + r"(?:current\s+)?story(?:\s+id)?" + _WRAP + r":" + _WRAP
-    + r"(?P<v>[A-Za-z0-9][\w.-]*)", re.IGNORECASE | re.MULTILINE)
+    r"^"
+    + _WRAP
+    + r"(?:current\s+)?story(?:\s+id)?"
+    + _WRAP
+    + r":"
+    + _WRAP
+    + r"(?P<v>[A-Za-z0-9][\w.-]*)",
+    re.IGNORECASE | re.MULTILINE,
+)
 _MODE = re.compile(
     r"^" + _WRAP + r"(?:memory\s+)?mode" + _WRAP + r":" + _WRAP + r"(?P<v>indexed|full)\b",
-    re.IGNORECASE | re.MULTILINE)
-_PRD = re.compile(r"^" + _WRAP + r"prd" + _WRAP + r":" + _WRAP + r"(?P<v>\S+?prd\.json)",
-                  re.IGNORECASE | re.MULTILINE)
+    re.IGNORECASE | re.MULTILINE,
+)
+_PRD = re.compile(
+    r"^" + _WRAP + r"prd" + _WRAP + r":" + _WRAP + r"(?P<v>\S+?prd\.json)",
+    re.IGNORECASE | re.MULTILINE,
+)
 _REFS = re.compile(
-    r"^" + _WRAP + r"references(?:\s+(?:dir|folder))?" + _WRAP + r":" + _WRAP
-    + r"(?P<v>[\w./-]+?)/?`?\s*$", re.IGNORECASE | re.MULTILINE)
+    r"^"
+    + _WRAP
+    + r"references(?:\s+(?:dir|folder))?"
+    + _WRAP
+    + r":"
+    + _WRAP
+    + r"(?P<v>[\w./-]+?)/?`?\s*$",
+    re.IGNORECASE | re.MULTILINE,
+)
 _COMMIT = re.compile(r"feat:\s*\[?(?P<v>[A-Za-z0-9][\w.-]*?)\]?\s+-\s+")
 _TOPIC_PATH = re.compile(r"(?P<v>[\w.-]+(?:/[\w.-]+)*)/<topic>\.md")
 _COMMENT = re.compile(r"<!--\s*ralph:(?P<body>[^>]*?)-->", re.IGNORECASE)
@@ -81,8 +98,9 @@ def _normal(text: str) -> str:
 
 
 def references_dir(prompt: str) -> str | None:
-    value = (_comment_value(prompt, "references") or _first(_REFS, prompt)
-             or _first(_TOPIC_PATH, prompt))
+    value = (
+        _comment_value(prompt, "references") or _first(_REFS, prompt) or _first(_TOPIC_PATH, prompt)
+    )
     if value and not value.endswith(".md") and ".." not in Path(value).parts:
         return value.rstrip("/")
     return None
@@ -132,5 +150,9 @@ def locate(root: Path, prompt: str, ralph_dir: Path | None = None) -> Workspace 
     found = next((c for c in candidates if c.is_file()), None) or _search(root)
     if found is None:
         return None
-    return Workspace(root=root, ralph_dir=found.parent, prd_path=found,
-                     progress_path=found.parent / "progress.txt")
+    return Workspace(
+        root=root,
+        ralph_dir=found.parent,
+        prd_path=found,
+        progress_path=found.parent / "progress.txt",
+    )

@@ -37,8 +37,23 @@ from orchestrator.fsutil import read_text, relative_inside
 SCRIPT_NAME = "sim.yaml"
 
 _LEADING_VERBS = {
-    "add", "create", "implement", "build", "make", "support", "introduce", "write", "set",
-    "wire", "show", "allow", "enable", "display", "update", "fix", "refactor",
+    "add",
+    "create",
+    "implement",
+    "build",
+    "make",
+    "support",
+    "introduce",
+    "write",
+    "set",
+    "wire",
+    "show",
+    "allow",
+    "enable",
+    "display",
+    "update",
+    "fix",
+    "refactor",
 }
 
 

@@ -27,8 +27,12 @@ PRICE_OUT_PER_M = 15.0
 DEFAULT_MODEL = "claude-sim"
 
 
-def cost_usd(input_tokens: int, output_tokens: int,
-             price_in: float = PRICE_IN_PER_M, price_out: float = PRICE_OUT_PER_M) -> float:
+def cost_usd(
+    input_tokens: int,
+    output_tokens: int,
+    price_in: float = PRICE_IN_PER_M,
+    price_out: float = PRICE_OUT_PER_M,
+) -> float:
     return round(input_tokens * price_in / 1e6 + output_tokens * price_out / 1e6, 6)
 
 
@@ -79,12 +83,20 @@ class Stream:
             self._unread = None
 
     def init(self) -> None:
-        self.emit({
-            "type": "system", "subtype": "init", "cwd": self.cwd,
-            "session_id": self.session_id, "tools": ["Bash", "Edit", "Read", "Write"],
-            "mcp_servers": [], "model": self.model, "permissionMode": "bypassPermissions",
-            "apiKeySource": "none", "simulated": True,
-        })
+        self.emit(
+            {
+                "type": "system",
+                "subtype": "init",
+                "cwd": self.cwd,
+                "session_id": self.session_id,
+                "tools": ["Bash", "Edit", "Read", "Write"],
+                "mcp_servers": [],
+                "model": self.model,
+                "permissionMode": "bypassPermissions",
+                "apiKeySource": "none",
+                "simulated": True,
+            }
+        )
 
     # ---- assistant turns -----------------------------------------------------------------
     def _assistant(self, block: dict[str, Any], written: str, counted: bool = True) -> None:
@@ -95,24 +107,41 @@ class Stream:
         out = self.count(written) if counted else 0
         self.output_tokens += out
         self.turns += 1
-        self.emit({
-            "type": "assistant",
-            "message": {
-                "id": f"msg_{self.turns}", "type": "message", "role": "assistant",
-                "model": self.model, "content": [block], "stop_reason": None,
-                "usage": {"input_tokens": self.input_tokens, "output_tokens": out,
-                          "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0},
-            },
-            "parent_tool_use_id": None, "session_id": self.session_id,
-        })
+        self.emit(
+            {
+                "type": "assistant",
+                "message": {
+                    "id": f"msg_{self.turns}",
+                    "type": "message",
+                    "role": "assistant",
+                    "model": self.model,
+                    "content": [block],
+                    "stop_reason": None,
+                    "usage": {
+                        "input_tokens": self.input_tokens,
+                        "output_tokens": out,
+                        "cache_creation_input_tokens": 0,
+                        "cache_read_input_tokens": 0,
+                    },
+                },
+                "parent_tool_use_id": None,
+                "session_id": self.session_id,
+            }
+        )
         self.pause()
 
     def say(self, text: str, counted: bool = True) -> None:
         self._assistant({"type": "text", "text": text}, text, counted)
 
-    def tool(self, name: str, tool_input: dict[str, Any], result: str,
-             read_text: str | None = None, extra: dict[str, Any] | None = None,
-             counted: bool = True) -> None:
+    def tool(
+        self,
+        name: str,
+        tool_input: dict[str, Any],
+        result: str,
+        read_text: str | None = None,
+        extra: dict[str, Any] | None = None,
+        counted: bool = True,
+    ) -> None:
         """One tool call and its result. `read_text` is file text the agent took in."""
         self._tool_seq += 1
         tool_id = f"toolu_sim_{self._tool_seq}"
@@ -122,45 +151,74 @@ class Stream:
             self.input_tokens += self.count(read_text)
         event: dict[str, Any] = {
             "type": "user",
-            "message": {"role": "user", "content": [
-                {"tool_use_id": tool_id, "type": "tool_result", "content": result}]},
-            "parent_tool_use_id": None, "session_id": self.session_id,
+            "message": {
+                "role": "user",
+                "content": [{"tool_use_id": tool_id, "type": "tool_result", "content": result}],
+            },
+            "parent_tool_use_id": None,
+            "session_id": self.session_id,
         }
         if extra:
             event["tool_use_result"] = extra
         self.emit(event)
 
     def read_file(self, path: str, text: str, counted: bool = True) -> None:
-        self.tool("Read", {"file_path": path}, numbered(text), read_text=text,
-                  extra={"type": "text", "file": {"filePath": path, "content": text}},
-                  counted=counted)
+        self.tool(
+            "Read",
+            {"file_path": path},
+            numbered(text),
+            read_text=text,
+            extra={"type": "text", "file": {"filePath": path, "content": text}},
+            counted=counted,
+        )
 
     def write_file(self, path: str, text: str, existed: bool) -> None:
         verb = "updated" if existed else "created"
-        self.tool("Write", {"file_path": path, "content": text},
-                  f"File {verb} successfully at: {path}")
+        self.tool(
+            "Write", {"file_path": path, "content": text}, f"File {verb} successfully at: {path}"
+        )
 
     def edit_file(self, path: str, old: str, new: str) -> None:
-        self.tool("Edit", {"file_path": path, "old_string": old, "new_string": new,
-                           "replace_all": False},
-                  f"The file {path} has been updated successfully.")
+        self.tool(
+            "Edit",
+            {"file_path": path, "old_string": old, "new_string": new, "replace_all": False},
+            f"The file {path} has been updated successfully.",
+        )
 
     def bash(self, command: str, description: str, output: str = "") -> None:
         self.tool("Bash", {"command": command, "description": description}, output)
 
     # ---- the end ---------------------------------------------------------------------------
-    def result(self, text: str, *, is_error: bool = False,
-               api_error_status: int | None = None) -> None:
+    def result(
+        self, text: str, *, is_error: bool = False, api_error_status: int | None = None
+    ) -> None:
         cost = cost_usd(self.input_tokens, self.output_tokens, self.price_in, self.price_out)
-        usage = {"input_tokens": self.input_tokens, "cache_creation_input_tokens": 0,
-                 "cache_read_input_tokens": 0, "output_tokens": self.output_tokens}
-        self.emit({
-            "type": "result", "subtype": "success", "is_error": is_error,
-            "api_error_status": api_error_status,
-            "duration_ms": int((time.monotonic() - self.started) * 1000),
-            "num_turns": self.turns, "result": text, "session_id": self.session_id,
-            "total_cost_usd": cost, "usage": usage,
-            "modelUsage": {self.model: {
-                "inputTokens": self.input_tokens, "outputTokens": self.output_tokens,
-                "cacheReadInputTokens": 0, "cacheCreationInputTokens": 0, "costUSD": cost}},
-        })
+        usage = {
+            "input_tokens": self.input_tokens,
+            "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": 0,
+            "output_tokens": self.output_tokens,
+        }
+        self.emit(
+            {
+                "type": "result",
+                "subtype": "success",
+                "is_error": is_error,
+                "api_error_status": api_error_status,
+                "duration_ms": int((time.monotonic() - self.started) * 1000),
+                "num_turns": self.turns,
+                "result": text,
+                "session_id": self.session_id,
+                "total_cost_usd": cost,
+                "usage": usage,
+                "modelUsage": {
+                    self.model: {
+                        "inputTokens": self.input_tokens,
+                        "outputTokens": self.output_tokens,
+                        "cacheReadInputTokens": 0,
+                        "cacheCreationInputTokens": 0,
+                        "costUSD": cost,
+                    }
+                },
+            }
+        )

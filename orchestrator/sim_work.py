@@ -35,10 +35,10 @@ def changed_region(old: str, new: str) -> tuple[str, str]:
     end = 0
     while end < min(len(old), len(new)) - start and old[-1 - end] == new[-1 - end]:
         end += 1
-    tail = old[len(old) - end:]
+    tail = old[len(old) - end :]
     cut = tail.find("\n")
     end = end - (cut + 1) if cut >= 0 else 0
-    return old[start:len(old) - end], new[start:len(new) - end]
+    return old[start : len(old) - end], new[start : len(new) - end]
 
 
 def _normal(text: str) -> str:
@@ -93,8 +93,11 @@ class Work:
             self.stream.result(text)
             return 0
         if not before_writing and "crash-midway" in self.faults:
-            print("Error: simulated crash after writing files (fault 'crash-midway')",
-                  file=sys.stderr, flush=True)
+            print(
+                "Error: simulated crash after writing files (fault 'crash-midway')",
+                file=sys.stderr,
+                flush=True,
+            )
             return self.opts.exit_code
         return None
 
@@ -129,9 +132,15 @@ class Work:
         progress = Progress.load(self.ws.progress_path)
         if progress.has_index and "progress index" not in self.prompt.lower():
             # Only the index table (the RFC: "read ONLY the index table").
-            self.stream.tool("Read", {"file_path": str(self.ws.progress_path),
-                                      "limit": progress.index_text.count("\n") + 1},
-                             progress.index_text, read_text=progress.index_text)
+            self.stream.tool(
+                "Read",
+                {
+                    "file_path": str(self.ws.progress_path),
+                    "limit": progress.index_text.count("\n") + 1,
+                },
+                progress.index_text,
+                read_text=progress.index_text,
+            )
         for topic in self.plan().reads:
             self.open_reference(topic, progress)
 
@@ -202,8 +211,9 @@ class Work:
         path = self.reference_path(plan.learning.topic, progress)
         if path is None:
             return None
-        section = (f"## {self.story.id} - {self.story.title}\n"
-                   + "".join(f"- {b}\n" for b in plan.learning.bullets))
+        section = f"## {self.story.id} - {self.story.title}\n" + "".join(
+            f"- {b}\n" for b in plan.learning.bullets
+        )
         if path.is_file():
             old = fsutil.read_text(path)
             if str(path.resolve()) not in self.read_paths and not self.inlined(old, path):
@@ -279,12 +289,17 @@ class Work:
         if done.returncode == 0:
             # The fallback only when the user has none: their identity is used when configured.
             identity = None if git.config(root, "user.email") else _FALLBACK_IDENTITY
-            done = git.run(["commit", "-q", "-m", message], root, check=False, timeout=None,
-                           identity=identity)
+            done = git.run(
+                ["commit", "-q", "-m", message], root, check=False, timeout=None, identity=identity
+            )
         output = (done.stdout + done.stderr).strip() or (
-            git.output(["log", "--oneline", "-1"], root) or "").strip()
-        self.stream.bash(f"git add -A -- {' '.join(paths)} && git commit -m '{message}'",
-                         "Commit the story", output)
+            git.output(["log", "--oneline", "-1"], root) or ""
+        ).strip()
+        self.stream.bash(
+            f"git add -A -- {' '.join(paths)} && git commit -m '{message}'",
+            "Commit the story",
+            output,
+        )
 
     def finish(self) -> int:
         remaining = sum(1 for st in self.prd.stories if not st.passes)
@@ -293,8 +308,10 @@ class Work:
         elif "early-sentinel" in self.faults:
             text = f"{self.story.id} is done. {SENTINEL}"
         else:
-            text = (f"{self.story.id} is done: {self.story.title}. "
-                    f"{remaining} stories still have passes: false.")
+            text = (
+                f"{self.story.id} is done: {self.story.title}. "
+                f"{remaining} stories still have passes: false."
+            )
         self.stream.say(text)
         self.stream.result(text)
         return 0

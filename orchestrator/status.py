@@ -66,9 +66,15 @@ def references(project: Any, prog: Any, encoding: str) -> list[dict[str, Any]]:
     for f in store.files():
         if f.resolve().as_posix() in seen:
             continue
-        out.append({"topic": None, "path": project.rel(f), "exists": True,
-                    "tokens": tokens.count(fsutil.read_text(f), encoding),
-                    "note": "not in the index"})
+        out.append(
+            {
+                "topic": None,
+                "path": project.rel(f),
+                "exists": True,
+                "tokens": tokens.count(fsutil.read_text(f), encoding),
+                "note": "not in the index",
+            }
+        )
     return out
 
 
@@ -79,6 +85,9 @@ def last_run(ledger_path: Path) -> dict[str, Any] | None:
         return None
     end = [r for r in records if r.get("run_id") == run_id and r.get("event") == "run_end"]
     d = ledger.run_totals(records, run_id).as_dict()
-    d.update(run_id=run_id, status=end[-1].get("status") if end else None,
-             exit_code=end[-1].get("exit_code") if end else None)
+    d.update(
+        run_id=run_id,
+        status=end[-1].get("status") if end else None,
+        exit_code=end[-1].get("exit_code") if end else None,
+    )
     return d

@@ -14,23 +14,49 @@ REPO = Path(__file__).resolve().parents[1]
 RALPH = [sys.executable, "-m", "orchestrator"]
 # The iteration record's fields (docs/architecture.md, ledger.py).
 LEDGER_FIELDS = {
-    "event", "ts", "run_id", "iteration", "story_id", "story_title", "mode", "agent", "model",
-    "prompt_tokens", "full_history_tokens", "saved_tokens", "saved_pct",
-    "selected_references", "usage", "cost_usd", "duration_s", "exit_code", "outcome",
-    "checks", "updated_references",
+    "event",
+    "ts",
+    "run_id",
+    "iteration",
+    "story_id",
+    "story_title",
+    "mode",
+    "agent",
+    "model",
+    "prompt_tokens",
+    "full_history_tokens",
+    "saved_tokens",
+    "saved_pct",
+    "selected_references",
+    "usage",
+    "cost_usd",
+    "duration_s",
+    "exit_code",
+    "outcome",
+    "checks",
+    "updated_references",
 }
-SUMMARY = (r"US-\d+ passed · prompt [\d.k]+ tok \(full history [\d.k]+: saved \d+%\) · "
-           r"agent [\d.k]+ in / [\d.k]+ out · \$[\d.]+ · \d+s")
+SUMMARY = (
+    r"US-\d+ passed · prompt [\d.k]+ tok \(full history [\d.k]+: saved \d+%\) · "
+    r"agent [\d.k]+ in / [\d.k]+ out · \$[\d.]+ · \d+s"
+)
 
 
 def git(root: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=root, check=True, capture_output=True,
-                          text=True).stdout
+    return subprocess.run(
+        ["git", *args], cwd=root, check=True, capture_output=True, text=True
+    ).stdout
 
 
-def make_project(root: Path, n: int = 3, *, branch: str = "ralph/demo",
-                 config: dict | None = None, sim_env: dict | None = None,
-                 sim_args: list[str] | None = None) -> Path:
+def make_project(
+    root: Path,
+    n: int = 3,
+    *,
+    branch: str = "ralph/demo",
+    config: dict | None = None,
+    sim_env: dict | None = None,
+    sim_args: list[str] | None = None,
+) -> Path:
     """A git repo with scripts/ralph/prd.json holding `n` stories, committed. Returns root."""
     root.mkdir(parents=True, exist_ok=True)
     git(root, "init", "-q", "-b", "main")
@@ -38,15 +64,35 @@ def make_project(root: Path, n: int = 3, *, branch: str = "ralph/demo",
     git(root, "config", "user.name", "t")
     rd = root / "scripts" / "ralph"
     rd.mkdir(parents=True)
-    stories = [{"id": f"US-{i:03d}", "title": f"Add feature {i}",
-                "description": f"As a user I want feature {i}.",
-                "acceptanceCriteria": [f"feature {i} works"], "priority": i,
-                "passes": False, "notes": ""} for i in range(1, n + 1)]
-    (rd / "prd.json").write_text(json.dumps(
-        {"project": "demo", "branchName": branch, "description": "demo",
-         "userStories": stories}, indent=2) + "\n")
-    cfg = {"sleep_between": 0, "retries": {"transient": 0, "backoff": 0},
-           "agents": {"sim": {"args": sim_args or [], "env": sim_env or {}}}}
+    stories = [
+        {
+            "id": f"US-{i:03d}",
+            "title": f"Add feature {i}",
+            "description": f"As a user I want feature {i}.",
+            "acceptanceCriteria": [f"feature {i} works"],
+            "priority": i,
+            "passes": False,
+            "notes": "",
+        }
+        for i in range(1, n + 1)
+    ]
+    (rd / "prd.json").write_text(
+        json.dumps(
+            {
+                "project": "demo",
+                "branchName": branch,
+                "description": "demo",
+                "userStories": stories,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+    cfg = {
+        "sleep_between": 0,
+        "retries": {"transient": 0, "backoff": 0},
+        "agents": {"sim": {"args": sim_args or [], "env": sim_env or {}}},
+    }
     for k, v in (config or {}).items():
         if isinstance(v, dict) and isinstance(cfg.get(k), dict):
             cfg[k].update(v)
@@ -67,11 +113,18 @@ def env(**extra: str) -> dict[str, str]:
     return e
 
 
-def ralph(root: Path, *args: str, timeout: float = 120, **extra_env: str
-          ) -> subprocess.CompletedProcess:
+def ralph(
+    root: Path, *args: str, timeout: float = 120, **extra_env: str
+) -> subprocess.CompletedProcess:
     """`ralph ARGS` in `root` as a real process (stdout not a terminal)."""
-    return subprocess.run([*RALPH, *args], cwd=root, env=env(**extra_env), capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [*RALPH, *args],
+        cwd=root,
+        env=env(**extra_env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def ledger(root: Path) -> list[dict]:

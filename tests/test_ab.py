@@ -33,9 +33,7 @@ def _slope(ys: list[int]) -> float:
     """Least-squares tokens per iteration."""
     n = len(ys)
     mx, my = (n - 1) / 2, sum(ys) / n
-    return sum((x - mx) * (y - my) for x, y in enumerate(ys)) / sum(
-        (x - mx) ** 2 for x in range(n)
-    )
+    return sum((x - mx) * (y - my) for x, y in enumerate(ys)) / sum((x - mx) ** 2 for x in range(n))
 
 
 def _ab(project: Path, *args: str, timeout: int = 600) -> subprocess.CompletedProcess[str]:
@@ -150,11 +148,16 @@ def test_demo_runs_the_whole_example_full_grows_indexed_stays_flat(tmp_path: Pat
     dest = tmp_path / "demo"
     res = subprocess.run(
         [sys.executable, "-m", "orchestrator", "demo", "--into", str(dest)],
-        cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=900,
+        cwd=tmp_path,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     assert res.returncode == 0, res.stdout + res.stderr
-    log = subprocess.run(["git", "log", "--format=%s"], cwd=dest, capture_output=True,
-                         text=True, check=True).stdout
+    log = subprocess.run(
+        ["git", "log", "--format=%s"], cwd=dest, capture_output=True, text=True, check=True
+    ).stdout
     assert log.strip().splitlines()[-1] == "Initial commit: recipe-box example"
     written = dest / "ab-report"
     data = json.loads((written / "ab-report.json").read_text())
@@ -199,6 +202,7 @@ def test_workspace_mirrors_a_staged_rename_and_an_untracked_file(tmp_path: Path)
     ab.make_workspace(root, dest, "ralph/logs")
     assert sorted(p.name for p in dest.iterdir() if p.name != ".git") == ["new.txt", "notes.md"]
     assert (dest / "new.txt").read_text() == "kept content\n"
-    status = subprocess.run(["git", "status", "--porcelain"], cwd=dest, capture_output=True,
-                            text=True, check=True).stdout
+    status = subprocess.run(
+        ["git", "status", "--porcelain"], cwd=dest, capture_output=True, text=True, check=True
+    ).stdout
     assert status == ""  # the overlay is committed in the copy, so the arm starts clean

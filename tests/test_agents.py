@@ -78,8 +78,10 @@ def test_claude_without_result_line_counts_each_message_once():
 @needs_fixtures
 def test_claude_display_is_readable():
     agent = get_agent("claude", None, check=False)
-    shown = [agent.display(ln) for ln in
-             fixture_text("claude-code/story-complete.stream.jsonl").splitlines()]
+    shown = [
+        agent.display(ln)
+        for ln in fixture_text("claude-code/story-complete.stream.jsonl").splitlines()
+    ]
     shown = [s for s in shown if s]
     assert shown[0] == "⏺ session started (claude-opus-4-8[1m])"
     assert "assistant: Reading the PRD." in shown
@@ -95,11 +97,21 @@ def test_claude_display_is_readable():
 def test_claude_argv_env_and_settings(tmp_path):
     prompt = tmp_path / "p.md"
     prompt.write_text("do it")
-    agent = get_agent("claude", {"model": "opus", "args": ["--max-turns", "40"],
-                                 "env": {"X": "1"}}, check=False)
-    assert agent.argv(prompt) == ["claude", "-p", "--output-format", "stream-json", "--verbose",
-                                  "--dangerously-skip-permissions", "--model", "opus",
-                                  "--max-turns", "40"]
+    agent = get_agent(
+        "claude", {"model": "opus", "args": ["--max-turns", "40"], "env": {"X": "1"}}, check=False
+    )
+    assert agent.argv(prompt) == [
+        "claude",
+        "-p",
+        "--output-format",
+        "stream-json",
+        "--verbose",
+        "--dangerously-skip-permissions",
+        "--model",
+        "opus",
+        "--max-turns",
+        "40",
+    ]
     assert agent.stdin_file(prompt) == prompt
     env = agent.env()
     assert env["X"] == "1"
@@ -135,8 +147,14 @@ def test_amp_sums_assistant_usage_once_per_message():
 
 
 def test_amp_error():
-    text = jsonl({"type": "result", "subtype": "error_during_execution", "is_error": True,
-                  "error": "You are out of credits."})
+    text = jsonl(
+        {
+            "type": "result",
+            "subtype": "error_during_execution",
+            "is_error": True,
+            "error": "You are out of credits.",
+        }
+    )
     result = get_agent("amp", None, check=False).parse(text, 1)
     assert result.is_error and result.error == "You are out of credits."
     assert result.limit is not None
@@ -146,7 +164,8 @@ def test_amp_error():
 @needs_fixtures
 def test_codex_parses_recorded_exec():
     result = get_agent("codex", None, check=False).parse(
-        fixture_text("codex/message-complete.exec.jsonl"), 0)
+        fixture_text("codex/message-complete.exec.jsonl"), 0
+    )
     assert result.final_message == "Hello from fake. " + SENTINEL
     assert result.usage == Usage(15504, 12, 0, 0)
     assert result.cost_usd is None and result.num_turns == 1 and not result.is_error
@@ -154,12 +173,20 @@ def test_codex_parses_recorded_exec():
 
 def test_codex_cached_tokens_are_inside_input_and_turns_sum():
     text = jsonl(
-        {"type": "turn.completed", "usage": {"input_tokens": 1000, "cached_input_tokens": 600,
-                                             "output_tokens": 10}},
+        {
+            "type": "turn.completed",
+            "usage": {"input_tokens": 1000, "cached_input_tokens": 600, "output_tokens": 10},
+        },
         {"type": "item.completed", "item": {"type": "agent_message", "text": "first"}},
-        {"type": "turn.completed", "usage": {"input_tokens": 500, "cached_input_tokens": 100,
-                                             "cache_write_input_tokens": 50,
-                                             "output_tokens": 5}},
+        {
+            "type": "turn.completed",
+            "usage": {
+                "input_tokens": 500,
+                "cached_input_tokens": 100,
+                "cache_write_input_tokens": 50,
+                "output_tokens": 5,
+            },
+        },
         {"type": "item.completed", "item": {"type": "agent_message", "text": "last"}},
     )
     result = get_agent("codex", None, check=False).parse(text, 0)
@@ -170,11 +197,12 @@ def test_codex_cached_tokens_are_inside_input_and_turns_sum():
 
 def test_codex_limit_error_and_echoed_prompt_is_ignored():
     # The echoed prompt mentions a limit and the sentinel; neither may count.
-    echoed = ("user\nIf you've hit your usage limit. try again at 9:00 PM say "
-              f"{SENTINEL}\n")
+    echoed = f"user\nIf you've hit your usage limit. try again at 9:00 PM say {SENTINEL}\n"
     text = echoed + jsonl(
-        {"type": "error", "message": "You've hit your usage limit. Upgrade to Pro or try "
-                                     "again at 12:16 PM."},
+        {
+            "type": "error",
+            "message": "You've hit your usage limit. Upgrade to Pro or try again at 12:16 PM.",
+        },
         {"type": "turn.failed", "error": {"message": "usage limit"}},
     )
     result = get_agent("codex", None, check=False).parse(text, 1)
@@ -189,8 +217,12 @@ def test_codex_argv_and_display(tmp_path):
     argv = agent.argv(tmp_path / "p.md")
     assert argv[:2] == ["codex", "exec"] and argv[-3:] == ["-m", "gpt-5-codex", "-"]
     assert "--dangerously-bypass-approvals-and-sandbox" in argv
-    line = json.dumps({"type": "item.started", "item": {
-        "type": "command_execution", "command": "bash -lc 'pytest -q'"}})
+    line = json.dumps(
+        {
+            "type": "item.started",
+            "item": {"type": "command_execution", "command": "bash -lc 'pytest -q'"},
+        }
+    )
     assert agent.display(line) == "⏺ Bash: bash -lc 'pytest -q'"
     assert agent.display("user: the whole echoed prompt") is None
 
@@ -200,13 +232,20 @@ GEMINI_STREAM = jsonl(
     {"type": "init", "session_id": "s1", "model": "gemini-2.5-pro"},
     {"type": "message", "role": "user", "content": "prompt"},
     {"type": "message", "role": "assistant", "content": "Let me look.", "delta": True},
-    {"type": "tool_use", "tool_name": "read_file", "tool_id": "t1",
-     "parameters": {"absolute_path": "/p/prd.json"}},
+    {
+        "type": "tool_use",
+        "tool_name": "read_file",
+        "tool_id": "t1",
+        "parameters": {"absolute_path": "/p/prd.json"},
+    },
     {"type": "tool_result", "tool_id": "t1", "status": "success", "output": "{}"},
     {"type": "message", "role": "assistant", "content": "Done. ", "delta": True},
     {"type": "message", "role": "assistant", "content": SENTINEL, "delta": True},
-    {"type": "result", "status": "success", "stats": {
-        "total_tokens": 1300, "input_tokens": 1200, "output_tokens": 100, "cached": 200}},
+    {
+        "type": "result",
+        "status": "success",
+        "stats": {"total_tokens": 1300, "input_tokens": 1200, "output_tokens": 100, "cached": 200},
+    },
 )
 
 
@@ -218,20 +257,37 @@ def test_gemini_stream_json():
 
 
 def test_gemini_json_format_multiline_and_exit_codes():
-    obj = {"response": "ok " + SENTINEL, "stats": {"models": {"gemini-2.5-flash": {
-        "tokens": {"prompt": 900, "candidates": 40, "total": 940, "cached": 300}}}}}
+    obj = {
+        "response": "ok " + SENTINEL,
+        "stats": {
+            "models": {
+                "gemini-2.5-flash": {
+                    "tokens": {"prompt": 900, "candidates": 40, "total": 940, "cached": 300}
+                }
+            }
+        },
+    }
     agent = get_agent("gemini", None, check=False)
     result = agent.parse("Loaded cached credentials.\n" + json.dumps(obj, indent=2), 0)
     assert result.final_message.endswith(SENTINEL)
     assert result.usage == Usage(600, 40, 300, 0) and result.model == "gemini-2.5-flash"
-    failed = agent.parse(json.dumps({"error": {"type": "FatalAuthenticationError",
-                                               "message": "no auth"}}), 41)
+    failed = agent.parse(
+        json.dumps({"error": {"type": "FatalAuthenticationError", "message": "no auth"}}), 41
+    )
     assert failed.is_error and "authentication" in failed.error and "no auth" in failed.error
 
 
 def test_gemini_quota_error_is_a_limit():
-    text = jsonl({"type": "result", "status": "error", "error": {
-        "type": "ApiError", "message": "RESOURCE_EXHAUSTED: Quota exceeded, retry in 30s"}})
+    text = jsonl(
+        {
+            "type": "result",
+            "status": "error",
+            "error": {
+                "type": "ApiError",
+                "message": "RESOURCE_EXHAUSTED: Quota exceeded, retry in 30s",
+            },
+        }
+    )
     result = get_agent("gemini", None, check=False).parse(text, 1)
     assert result.is_error and result.limit is not None and result.limit.kind == "quota"
 
@@ -239,16 +295,39 @@ def test_gemini_quota_error_is_a_limit():
 # ---- opencode -----------------------------------------------------------------------------
 OPENCODE = jsonl(
     {"type": "step_start", "part": {"type": "step-start"}},
-    {"type": "tool_use", "part": {"tool": "read", "state": {
-        "status": "completed", "input": {"filePath": "prd.json"}}}},
-    {"type": "step_finish", "part": {"tokens": {"input": 100, "output": 20, "reasoning": 5,
-                                                "cache": {"read": 1000, "write": 50}},
-                                     "cost": 0.01}},
+    {
+        "type": "tool_use",
+        "part": {
+            "tool": "read",
+            "state": {"status": "completed", "input": {"filePath": "prd.json"}},
+        },
+    },
+    {
+        "type": "step_finish",
+        "part": {
+            "tokens": {
+                "input": 100,
+                "output": 20,
+                "reasoning": 5,
+                "cache": {"read": 1000, "write": 50},
+            },
+            "cost": 0.01,
+        },
+    },
     {"type": "step_start", "part": {"type": "step-start"}},
     {"type": "text", "part": {"type": "text", "text": "All done. " + SENTINEL}},
-    {"type": "step_finish", "part": {"tokens": {"input": 10, "output": 2, "reasoning": 0,
-                                                "cache": {"read": 1100, "write": 0}},
-                                     "cost": 0.002}},
+    {
+        "type": "step_finish",
+        "part": {
+            "tokens": {
+                "input": 10,
+                "output": 2,
+                "reasoning": 0,
+                "cache": {"read": 1100, "write": 0},
+            },
+            "cost": 0.002,
+        },
+    },
 )
 
 
@@ -273,9 +352,14 @@ def test_opencode_big_prompt_goes_as_file(tmp_path):
 def test_command_agent_placeholders(tmp_path):
     prompt = tmp_path / "p.md"
     prompt.write_text("P")
-    agent = get_agent("command", {"command": ["aider", "--message-file", "{prompt_file}",
-                                              "--model", "{model}"], "model": "sonnet"},
-                      check=False)
+    agent = get_agent(
+        "command",
+        {
+            "command": ["aider", "--message-file", "{prompt_file}", "--model", "{model}"],
+            "model": "sonnet",
+        },
+        check=False,
+    )
     assert agent.prompt_via == "file" and agent.stdin_file(prompt) is None
     assert agent.argv(prompt) == ["aider", "--message-file", str(prompt), "--model", "sonnet"]
     result = agent.parse("\x1b[32mlots of output\x1b[0m\n" + "y" * 5000 + "\nEND", 0)
@@ -307,8 +391,9 @@ def test_available_lists_builtins():
 def test_missing_binary_names_the_fix(name, bin_dir):
     with pytest.raises(AgentNotFound) as info:
         get_agent(name, None)
-    assert str(info.value) == (f"agent '{name}' not found on PATH: install it or set "
-                               f"agents.{name}.command in ralph.yaml")
+    assert str(info.value) == (
+        f"agent '{name}' not found on PATH: install it or set agents.{name}.command in ralph.yaml"
+    )
 
 
 def test_settings_validation():
@@ -325,8 +410,17 @@ def test_settings_validation():
 
 
 # ---- through the real path: fake CLIs on PATH, real pty -----------------------------------
-def run_fake(name, bin_dir, tmp_path, monkeypatch, transcript_text, *, settings=None,
-             prompt_text="Implement US-001.\n", exit_code=0):
+def run_fake(
+    name,
+    bin_dir,
+    tmp_path,
+    monkeypatch,
+    transcript_text,
+    *,
+    settings=None,
+    prompt_text="Implement US-001.\n",
+    exit_code=0,
+):
     install(bin_dir, name)
     transcript = tmp_path / f"{name}.replay"
     transcript.write_text(transcript_text, encoding="utf-8")
@@ -338,9 +432,14 @@ def run_fake(name, bin_dir, tmp_path, monkeypatch, transcript_text, *, settings=
     prompt.write_text(prompt_text, encoding="utf-8")
     shown: list[str] = []
     agent = get_agent(name, settings)
-    outcome, result = runner.run_agent(agent, prompt, cwd=tmp_path,
-                                       transcript_path=tmp_path / "logs" / "t.log",
-                                       on_line=shown.append, wall_timeout=60)
+    outcome, result = runner.run_agent(
+        agent,
+        prompt,
+        cwd=tmp_path,
+        transcript_path=tmp_path / "logs" / "t.log",
+        on_line=shown.append,
+        wall_timeout=60,
+    )
     return outcome, result, shown, record
 
 
@@ -349,8 +448,13 @@ def test_claude_end_to_end_with_big_prompt(bin_dir, tmp_path, monkeypatch):
     big = "# Prompt\n" + ("Story text with ünïcode — line.\n" * 10_000)
     assert len(big.encode()) > 300_000
     outcome, result, shown, record = run_fake(
-        "claude", bin_dir, tmp_path, monkeypatch,
-        fixture_text("claude-code/story-complete.stream.jsonl"), prompt_text=big)
+        "claude",
+        bin_dir,
+        tmp_path,
+        monkeypatch,
+        fixture_text("claude-code/story-complete.stream.jsonl"),
+        prompt_text=big,
+    )
     assert outcome.exit_code == 0 and outcome.timed_out is None
     assert (record / "stdin.txt").read_text(encoding="utf-8") == big
     assert result.final_message.endswith(SENTINEL) and result.usage.input_tokens == 116522
@@ -366,8 +470,13 @@ def test_claude_end_to_end_with_big_prompt(bin_dir, tmp_path, monkeypatch):
 @needs_fixtures
 def test_claude_429_end_to_end(bin_dir, tmp_path, monkeypatch):
     outcome, result, shown, _ = run_fake(
-        "claude", bin_dir, tmp_path, monkeypatch,
-        fixture_text("claude-code/rate-limited-429.stream.jsonl"), exit_code=1)
+        "claude",
+        bin_dir,
+        tmp_path,
+        monkeypatch,
+        fixture_text("claude-code/rate-limited-429.stream.jsonl"),
+        exit_code=1,
+    )
     assert outcome.exit_code == 1 and result.is_error and result.http_status == 429
     assert result.limit is not None
     assert shown[-1].startswith("✗ error: API Error: Request rejected (429)")
@@ -376,7 +485,8 @@ def test_claude_429_end_to_end(bin_dir, tmp_path, monkeypatch):
 @needs_fixtures
 def test_codex_end_to_end(bin_dir, tmp_path, monkeypatch):
     outcome, result, shown, record = run_fake(
-        "codex", bin_dir, tmp_path, monkeypatch, fixture_text("codex/message-complete.exec.jsonl"))
+        "codex", bin_dir, tmp_path, monkeypatch, fixture_text("codex/message-complete.exec.jsonl")
+    )
     assert json.loads((record / "argv.json").read_text())[-1] == "-"
     assert (record / "stdin.txt").read_text() == "Implement US-001.\n"
     assert result.final_message.endswith(SENTINEL) and result.usage.input_tokens == 15504
@@ -392,8 +502,14 @@ def test_amp_end_to_end(bin_dir, tmp_path, monkeypatch):
 
 
 def test_gemini_end_to_end(bin_dir, tmp_path, monkeypatch):
-    _, result, shown, record = run_fake("gemini", bin_dir, tmp_path, monkeypatch, GEMINI_STREAM,
-                                        settings={"model": "gemini-2.5-pro"})
+    _, result, shown, record = run_fake(
+        "gemini",
+        bin_dir,
+        tmp_path,
+        monkeypatch,
+        GEMINI_STREAM,
+        settings={"model": "gemini-2.5-pro"},
+    )
     argv = json.loads((record / "argv.json").read_text())
     assert argv[-2:] == ["-p", base_instruction()] and "-m" in argv
     assert (record / "stdin.txt").read_text() == "Implement US-001.\n"
@@ -416,10 +532,12 @@ def test_opencode_end_to_end(bin_dir, tmp_path, monkeypatch):
 
 def test_command_agent_end_to_end(bin_dir, tmp_path, monkeypatch):
     script = bin_dir / "myagent"
-    script.write_text(f"#!{sys.executable}\nimport sys\n"
-                      "text = open(sys.argv[1]).read()\n"
-                      "print('read', len(text), 'chars')\n"
-                      "print('Done. <promise>COMPLETE</promise>')\n")
+    script.write_text(
+        f"#!{sys.executable}\nimport sys\n"
+        "text = open(sys.argv[1]).read()\n"
+        "print('read', len(text), 'chars')\n"
+        "print('Done. <promise>COMPLETE</promise>')\n"
+    )
     script.chmod(0o755)
     settings = {"command": ["myagent", "{prompt_file}"]}
     prompt = tmp_path / "prompt.md"
@@ -440,9 +558,17 @@ def test_base_helpers():
 @needs_fixtures
 def test_successful_run_with_rejected_rate_limit_event_is_not_a_limit():
     lines = fixture_text("claude-code/story-complete.stream.jsonl").splitlines()
-    event = json.dumps({"type": "rate_limit_event", "rate_limit_info": {
-        "status": "rejected", "resetsAt": 1796083200, "rateLimitType": "five_hour",
-        "overageStatus": "allowed"}})
+    event = json.dumps(
+        {
+            "type": "rate_limit_event",
+            "rate_limit_info": {
+                "status": "rejected",
+                "resetsAt": 1796083200,
+                "rateLimitType": "five_hour",
+                "overageStatus": "allowed",
+            },
+        }
+    )
     text = "\n".join([lines[0], event, *lines[1:]])
     result = get_agent("claude", None, check=False).parse(text, 0)
     assert result.limit is None and not result.is_error
@@ -453,8 +579,16 @@ def test_successful_run_with_rejected_rate_limit_event_is_not_a_limit():
 
 
 def test_limit_notice_as_the_whole_final_message_is_an_error():
-    text = jsonl({"type": "result", "subtype": "success", "is_error": False, "num_turns": 1,
-                  "result": "Claude AI usage limit reached|1796083200", "total_cost_usd": 0})
+    text = jsonl(
+        {
+            "type": "result",
+            "subtype": "success",
+            "is_error": False,
+            "num_turns": 1,
+            "result": "Claude AI usage limit reached|1796083200",
+            "total_cost_usd": 0,
+        }
+    )
     result = get_agent("claude", None, check=False).parse(text, 0)
     assert result.is_error and result.limit is not None
     assert result.limit.reset_at.timestamp() == 1796083200
@@ -470,12 +604,15 @@ def test_check_available_uses_the_agents_own_path(tmp_path, bin_dir):
 
 
 def test_command_agent_reads_aider_token_lines():
-    out = ("Aider v0.86\nTokens: 4.1k sent, 3.3k cache write, 7.8k cache hit, 221 received. "
-           "Cost: $0.02 message, $0.02 session.\nApplied edit to greet.py\n"
-           "Tokens: 12k sent, 1.5k received. Cost: $0.05 message, $0.07 session.\n"
-           "Done. " + SENTINEL + "\n")
-    agent = get_agent("aider", {"command": ["aider", "--message-file", "{prompt_file}"]},
-                      check=False)
+    out = (
+        "Aider v0.86\nTokens: 4.1k sent, 3.3k cache write, 7.8k cache hit, 221 received. "
+        "Cost: $0.02 message, $0.02 session.\nApplied edit to greet.py\n"
+        "Tokens: 12k sent, 1.5k received. Cost: $0.05 message, $0.07 session.\n"
+        "Done. " + SENTINEL + "\n"
+    )
+    agent = get_agent(
+        "aider", {"command": ["aider", "--message-file", "{prompt_file}"]}, check=False
+    )
     result = agent.parse(out, 0)
     assert result.usage == Usage(16100, 1721, 7800, 3300)
     assert result.cost_usd == pytest.approx(0.07)
@@ -487,8 +624,15 @@ def test_gemini_warnings_and_nested_stream_stats():
         {"type": "init", "model": "gemini-2.5-pro"},
         {"type": "error", "severity": "warning", "message": "Loop detected, continuing"},
         {"type": "message", "role": "assistant", "content": "ok " + SENTINEL, "delta": True},
-        {"type": "result", "status": "success", "stats": {"models": {"gemini-2.5-pro": {
-            "tokens": {"prompt": 500, "candidates": 7, "cached": 100}}}}},
+        {
+            "type": "result",
+            "status": "success",
+            "stats": {
+                "models": {
+                    "gemini-2.5-pro": {"tokens": {"prompt": 500, "candidates": 7, "cached": 100}}
+                }
+            },
+        },
     )
     result = get_agent("gemini", None, check=False).parse(text, 0)
     assert not result.is_error and result.usage == Usage(400, 7, 100, 0)
@@ -499,15 +643,35 @@ def test_opencode_error_shapes():
     agent = get_agent("opencode", None, check=False)
     flat = agent.parse(jsonl({"type": "error", "message": "API rate limit exceeded"}), 1)
     assert flat.is_error and flat.error == "API rate limit exceeded"
-    nested = agent.parse(jsonl({"type": "error", "error": {
-        "name": "APIError", "data": {"message": "429 Too Many Requests"}}}), 1)
+    nested = agent.parse(
+        jsonl(
+            {
+                "type": "error",
+                "error": {"name": "APIError", "data": {"message": "429 Too Many Requests"}},
+            }
+        ),
+        1,
+    )
     assert nested.error == "429 Too Many Requests" and nested.limit is not None
 
 
 # ---- through the `ralph` command ------------------------------------------------------------
-PRD_ONE = {"project": "Demo", "branchName": "ralph/demo", "description": "d", "userStories": [
-    {"id": "US-001", "title": "Add greeting", "description": "greet",
-     "acceptanceCriteria": ["works"], "priority": 1, "passes": False, "notes": ""}]}
+PRD_ONE = {
+    "project": "Demo",
+    "branchName": "ralph/demo",
+    "description": "d",
+    "userStories": [
+        {
+            "id": "US-001",
+            "title": "Add greeting",
+            "description": "greet",
+            "acceptanceCriteria": ["works"],
+            "priority": 1,
+            "passes": False,
+            "notes": "",
+        }
+    ],
+}
 AGENT_SCRIPT = """\
 import json, subprocess, sys
 prompt = sys.stdin.read()
@@ -528,8 +692,11 @@ def git_project(root: Path) -> Path:
     root.mkdir()
     (root / "prd.json").write_text(json.dumps(PRD_ONE, indent=2) + "\n")
     (root / "progress.txt").write_text("# Ralph Progress Log\nStarted: x\n---\n")
-    for args in (["init", "-q", "-b", "ralph/demo"], ["add", "-A"],
-                 ["-c", "user.email=a@b", "-c", "user.name=t", "commit", "-qm", "init"]):
+    for args in (
+        ["init", "-q", "-b", "ralph/demo"],
+        ["add", "-A"],
+        ["-c", "user.email=a@b", "-c", "user.name=t", "commit", "-qm", "init"],
+    ):
         subprocess.run(["git", *args], cwd=root, check=True)
     return root
 
@@ -537,18 +704,31 @@ def git_project(root: Path) -> Path:
 def ralph(args: list[str], cwd: Path, path: str):
     import subprocess
 
-    env = {**os.environ, "PATH": path, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "a@b",
-           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "a@b"}
-    return subprocess.run([sys.executable, "-m", "orchestrator", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=120)
+    env = {
+        **os.environ,
+        "PATH": path,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "a@b",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "a@b",
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_cli_missing_agent_binary_exits_2_with_the_fix(tmp_path):
     repo = git_project(tmp_path / "repo")
     proc = ralph(["run", "--tool", "codex", "1"], repo, "/usr/bin:/bin")
     assert proc.returncode == 2
-    assert ("agent 'codex' not found on PATH: install it or set agents.codex.command in "
-            "ralph.yaml") in proc.stderr
+    assert (
+        "agent 'codex' not found on PATH: install it or set agents.codex.command in ralph.yaml"
+    ) in proc.stderr
     assert json.loads((repo / "prd.json").read_text()) == PRD_ONE  # nothing changed
 
 
@@ -573,10 +753,26 @@ def test_cli_custom_command_agent_from_ralph_yaml(tmp_path):
 # What the real Claude Code 2.1.197 printed while the API kept answering 529 (seen offline).
 API_RETRY = jsonl(
     {"type": "system", "subtype": "init", "model": "claude-opus-4-8[1m]", "session_id": "s"},
-    {"type": "system", "subtype": "api_retry", "attempt": 3, "max_retries": 10,
-     "retry_delay_ms": 2322.1, "error_status": 529, "error": "overloaded", "session_id": "s"},
-    {"type": "system", "subtype": "api_retry", "attempt": 4, "max_retries": 10,
-     "retry_delay_ms": 4322.1, "error_status": 529, "error": "overloaded", "session_id": "s"},
+    {
+        "type": "system",
+        "subtype": "api_retry",
+        "attempt": 3,
+        "max_retries": 10,
+        "retry_delay_ms": 2322.1,
+        "error_status": 529,
+        "error": "overloaded",
+        "session_id": "s",
+    },
+    {
+        "type": "system",
+        "subtype": "api_retry",
+        "attempt": 4,
+        "max_retries": 10,
+        "retry_delay_ms": 4322.1,
+        "error_status": 529,
+        "error": "overloaded",
+        "session_id": "s",
+    },
 )
 
 
@@ -589,30 +785,48 @@ def test_claude_killed_while_retrying_overloaded_api_is_transient():
     assert "still retrying the API (attempt 4/10: 529 overloaded)" in result.error
     assert is_transient(result, API_RETRY)
     assert agent.display(API_RETRY.splitlines()[-1]) == (
-        "⚠ API retry 4/10 (529 overloaded), next in 4s")
+        "⚠ API retry 4/10 (529 overloaded), next in 4s"
+    )
     limited = agent.parse(API_RETRY.replace("529", "429"), 143)
     assert limited.limit is not None and limited.limit.kind == "rate"
     assert not is_transient(limited, "")
 
 
 def test_gemini_untrusted_folder_exit_names_the_fix():
-    out = ("Approval mode overridden to \"default\" because the current folder is not trusted.\n"
-           "Gemini CLI is not running in a trusted directory. To proceed, either use "
-           "`--skip-trust`, set the `GEMINI_CLI_TRUST_WORKSPACE=true` environment variable\n")
+    out = (
+        'Approval mode overridden to "default" because the current folder is not trusted.\n'
+        "Gemini CLI is not running in a trusted directory. To proceed, either use "
+        "`--skip-trust`, set the `GEMINI_CLI_TRUST_WORKSPACE=true` environment variable\n"
+    )
     agent = get_agent("gemini", None, check=False)
     result = agent.parse(out, 55)
     assert result.is_error and "GEMINI_CLI_TRUST_WORKSPACE=true" in result.error
     assert "not running in a trusted directory" in result.error
     assert agent.env()["GEMINI_CLI_TRUST_WORKSPACE"] == "true"
-    assert get_agent("gemini", {"env": {"GEMINI_CLI_TRUST_WORKSPACE": "false"}},
-                     check=False).env()["GEMINI_CLI_TRUST_WORKSPACE"] == "false"
+    assert (
+        get_agent("gemini", {"env": {"GEMINI_CLI_TRUST_WORKSPACE": "false"}}, check=False).env()[
+            "GEMINI_CLI_TRUST_WORKSPACE"
+        ]
+        == "false"
+    )
 
 
 # What the real opencode 1.18.33 printed after its provider answered 429 six times (seen).
-OPENCODE_429 = jsonl({"type": "error", "timestamp": 1796019932327, "sessionID": "ses_x",
-                      "error": {"name": "APIError", "data": {
-                          "message": "Number of request tokens has exceeded your per-minute "
-                                     "rate limit", "statusCode": 429, "isRetryable": True}}})
+OPENCODE_429 = jsonl(
+    {
+        "type": "error",
+        "timestamp": 1796019932327,
+        "sessionID": "ses_x",
+        "error": {
+            "name": "APIError",
+            "data": {
+                "message": "Number of request tokens has exceeded your per-minute rate limit",
+                "statusCode": 429,
+                "isRetryable": True,
+            },
+        },
+    }
+)
 
 
 def test_opencode_provider_429_is_a_limit_and_5xx_transient():
@@ -628,12 +842,20 @@ def test_opencode_provider_429_is_a_limit_and_5xx_transient():
 
 def test_display_details():
     amp = get_agent("amp", None, check=False)
-    line = json.dumps({"type": "assistant", "message": {"id": "m", "content": [
-        {"type": "tool_use", "name": "Bash", "input": {"cmd": "npm test"}}]}})
+    line = json.dumps(
+        {
+            "type": "assistant",
+            "message": {
+                "id": "m",
+                "content": [{"type": "tool_use", "name": "Bash", "input": {"cmd": "npm test"}}],
+            },
+        }
+    )
     assert amp.display(line) == "⏺ Bash: npm test"
     codex = get_agent("codex", None, check=False)
     assert codex.display("ERROR: stream error: unexpected status 401") == (
-        "✗ ERROR: stream error: unexpected status 401")
+        "✗ ERROR: stream error: unexpected status 401"
+    )
     assert codex.display("Implement the story and print ERROR: when...") is None
 
 

@@ -24,15 +24,18 @@ def _setup(tmp_path: Path, branch: str, last: str | None, progress: str) -> Path
     return rd
 
 
-OLD = (HEADER + "\n## Progress Index\n| Topic | Reference Path |\n|---|---|\n"
-       "| Auth | ralph/references/auth.md |\n\n## 2026-01-01 - US-001\n- did it\n---\n")
+OLD = (
+    HEADER + "\n## Progress Index\n| Topic | Reference Path |\n|---|---|\n"
+    "| Auth | ralph/references/auth.md |\n\n## 2026-01-01 - US-001\n- did it\n---\n"
+)
 
 
 def test_branch_change_archives_and_resets_keeping_index(tmp_path: Path) -> None:
     rd = _setup(tmp_path, "ralph/new-thing", "ralph/old-thing", OLD)
     prd_before = (rd / "prd.json").read_bytes()
-    res = archive.archive_on_branch_change(rd, rd / "progress.txt", tmp_path / "ralph/references",
-                                           day="2026-11-30", date="DATE")
+    res = archive.archive_on_branch_change(
+        rd, rd / "progress.txt", tmp_path / "ralph/references", day="2026-11-30", date="DATE"
+    )
     assert res is not None
     folder = rd / "archive" / "2026-11-30-old-thing"
     assert res.folder == folder
@@ -88,4 +91,5 @@ def test_ensure_progress_creates_header_only_when_missing(tmp_path: Path) -> Non
 
 def test_ralph_date_looks_like_date_command() -> None:
     import re
+
     assert re.fullmatch(r"\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \S+ \d{4}", archive.ralph_date())

@@ -22,8 +22,12 @@ CLEAN = (
 )
 
 
-def make(tmp_path: Path, progress: str = CLEAN, refs: dict[str, str] | None = None,
-         yaml_text: str | None = None) -> Path:
+def make(
+    tmp_path: Path,
+    progress: str = CLEAN,
+    refs: dict[str, str] | None = None,
+    yaml_text: str | None = None,
+) -> Path:
     root = tmp_path / "p"
     root.mkdir()
     subprocess.run(["git", "init", "-q"], cwd=root, check=True)
@@ -31,8 +35,11 @@ def make(tmp_path: Path, progress: str = CLEAN, refs: dict[str, str] | None = No
     (root / "prd.json").write_text('{"userStories": []}')
     if yaml_text:
         (root / "ralph.yaml").write_text(yaml_text)
-    refs = {"auth-flow.md": "# Auth flow\n- a\n", "db.md": "# Database schema\n- b\n"} \
-        if refs is None else refs
+    refs = (
+        {"auth-flow.md": "# Auth flow\n- a\n", "db.md": "# Database schema\n- b\n"}
+        if refs is None
+        else refs
+    )
     for name, text in refs.items():
         p = root / "ralph/references" / name
         p.parent.mkdir(parents=True, exist_ok=True)
@@ -89,7 +96,8 @@ def test_duplicate_and_near_duplicate_topics(tmp_path: Path) -> None:
         "| Database schema | ralph/references/db.md |\n",
         "| Database schema | ralph/references/db.md |\n| auth-flows | ralph/references/af.md |\n"
         "| Auth flow | ralph/references/af2.md |\n| Athentication | ralph/references/x.md |\n"
-        "| Authentication | ralph/references/y.md |\n")
+        "| Authentication | ralph/references/y.md |\n",
+    )
     refs = {n: "# t\n" for n in ("auth-flow.md", "db.md", "af.md", "af2.md", "x.md", "y.md")}
     found = audit.check(project.locate(make(tmp_path, text, refs)))
     got = sorted((f.kind, f.line) for f in found)
@@ -112,11 +120,14 @@ def test_reference_over_the_cap(tmp_path: Path) -> None:
     assert "over references.max_tokens (100)" in found[0].message
 
 
-@pytest.mark.parametrize("bad", [
-    "| Auth flow | ralph/references/auth-flow.md | extra |\n",
-    "Auth flow -> ralph/references/auth-flow.md\n",
-    "| | ralph/references/auth-flow.md |\n",
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "| Auth flow | ralph/references/auth-flow.md | extra |\n",
+        "Auth flow -> ralph/references/auth-flow.md\n",
+        "| | ralph/references/auth-flow.md |\n",
+    ],
+)
 def test_malformed_table(tmp_path: Path, bad: str) -> None:
     text = CLEAN.replace("| Auth flow | ralph/references/auth-flow.md |\n", bad)
     assert "malformed-table" in kinds(make(tmp_path, text))
@@ -141,8 +152,9 @@ def test_interrupted_apply_is_reported(tmp_path: Path) -> None:
 
 def test_cli_exit_1_one_line_per_finding(tmp_path: Path) -> None:
     root = make(tmp_path, refs={"auth-flow.md": "# A\n", "stray.md": "# S\n"})
-    out = subprocess.run([sys.executable, "-m", "orchestrator", "check"], cwd=root,
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "check"], cwd=root, capture_output=True, text=True
+    )
     assert out.returncode == 1
     lines = out.stdout.strip().splitlines()
     assert len(lines) == 3 and lines[-1] == "ralph check: 2 finding(s)"

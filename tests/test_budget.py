@@ -20,9 +20,9 @@ def test_first_iteration_always_runs_then_mean_predicts() -> None:
     b = Budget(run_tokens=1000)
     b.check_next()
     b.add(reported_tokens=400, estimated_tokens=50, cost_usd=None)
-    b.check_next()                                   # 400 + 400 <= 1000
+    b.check_next()  # 400 + 400 <= 1000
     b.add(reported_tokens=400, estimated_tokens=50, cost_usd=None)
-    with pytest.raises(BudgetExhausted) as exc:      # 800 + 400 > 1000
+    with pytest.raises(BudgetExhausted) as exc:  # 800 + 400 > 1000
         b.check_next()
     assert exc.value.exit_code == EXIT_BUDGET
     assert "budget.run_tokens" in str(exc.value)
@@ -35,7 +35,7 @@ def test_cost_budget_and_warning_once() -> None:
     b.check_next()
     b.add(reported_tokens=10, estimated_tokens=0, cost_usd=0.4)
     assert any("cost budget" in w for w in b.warnings())
-    assert b.warnings() == []                        # once
+    assert b.warnings() == []  # once
     with pytest.raises(BudgetExhausted, match=r"\$0\.80 of \$1\.00"):
         b.check_next()
 
@@ -52,7 +52,7 @@ def test_without_reported_usage_estimates_are_used_and_said() -> None:
 def test_retries_add_spend_but_not_iterations() -> None:
     b = Budget(run_tokens=1000)
     b.add(reported_tokens=300, estimated_tokens=0, cost_usd=None)
-    b.spend(250, None)                               # a transient retry
+    b.spend(250, None)  # a transient retry
     assert (b.spent_tokens, b.iterations) == (550, 1)
-    with pytest.raises(BudgetExhausted):             # 550 + 550 (mean of 1 iteration) > 1000
+    with pytest.raises(BudgetExhausted):  # 550 + 550 (mean of 1 iteration) > 1000
         b.check_next()

@@ -38,16 +38,24 @@ PRD = {
     "project": "Demo",
     "branchName": "ralph/demo",
     "userStories": [
-        {"id": f"US-00{i}", "title": f"Story {i}", "description": "", "acceptanceCriteria": [],
-         "priority": i, "passes": i == 1, "notes": ""}
+        {
+            "id": f"US-00{i}",
+            "title": f"Story {i}",
+            "description": "",
+            "acceptanceCriteria": [],
+            "priority": i,
+            "passes": i == 1,
+            "notes": "",
+        }
         for i in (1, 2, 3)
     ],
 }
 
 
 def git(root: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=root, check=True, capture_output=True,
-                          text=True).stdout
+    return subprocess.run(
+        ["git", *args], cwd=root, check=True, capture_output=True, text=True
+    ).stdout
 
 
 @pytest.fixture
@@ -91,13 +99,19 @@ subprocess.run(['git', 'commit', '-q', '-m', 'feat: US-002 - Story 2'], check=Tr
 
 def test_a_good_iteration_passes_every_check(project: Project) -> None:
     snap = snapshot(project)
-    agent(project, MARK_PASSED + APPEND_ENTRY + """
+    agent(
+        project,
+        MARK_PASSED
+        + APPEND_ENTRY
+        + """
 P('ralph/references/db.md').write_text('# DB\\n- migrations run on start\\n')
 t = P('progress.txt').read_text()
 t = t.replace('| Auth flow | ralph/references/auth-flow.md |\\n',
               '| Auth flow | ralph/references/auth-flow.md |\\n| DB | ralph/references/db.md |\\n')
 P('progress.txt').write_text(t)
-""" + COMMIT)
+"""
+        + COMMIT,
+    )
     story = Prd.load(project.prd_path).get("US-002")
     report = verify(snap, project, story)
     assert report.ok, report.findings
@@ -114,10 +128,15 @@ P('progress.txt').write_text(t)
 def test_lost_history_is_restored_keeping_the_agents_additions(project: Project) -> None:
     snap = snapshot(project)
     # The agent rewrites progress.txt from scratch: old entry gone, its own entry added.
-    agent(project, MARK_PASSED + """
+    agent(
+        project,
+        MARK_PASSED
+        + """
 P('progress.txt').write_text('# Ralph Progress Log\\nStarted: Mon Nov 30 05:00:00 UTC 2026\\n'
     '---\\n\\n## 2026-11-30 06:00 - US-002\\n- Did story 2\\n---\\n')
-""" + COMMIT)
+"""
+        + COMMIT,
+    )
     agents_version = fsutil.read_text(project.progress_path)
     report = verify(snap, project, "US-002")
     assert report.restored and report.restored_files == ["progress.txt"]
@@ -132,7 +151,7 @@ P('progress.txt').write_text('# Ralph Progress Log\\nStarted: Mon Nov 30 05:00:0
     (backup,) = report.backups
     assert (project.root / backup).read_text() == agents_version
     assert backup.startswith("ralph/logs/backups/")
-    assert sorted(p.name for p in project.root.iterdir() if p.name.startswith(".progress"))==[]
+    assert sorted(p.name for p in project.root.iterdir() if p.name.startswith(".progress")) == []
     assert any("only append to progress.txt" in n for n in report.fix_notes())
     # a second verify against the same snapshot finds nothing more to restore
     again = verify(snap, project, "US-002")
@@ -141,14 +160,20 @@ P('progress.txt').write_text('# Ralph Progress Log\\nStarted: Mon Nov 30 05:00:0
 
 def test_index_edits_and_pattern_additions_are_not_history_loss(project: Project) -> None:
     snap = snapshot(project)
-    agent(project, MARK_PASSED + APPEND_ENTRY + """
+    agent(
+        project,
+        MARK_PASSED
+        + APPEND_ENTRY
+        + """
 t = P('progress.txt').read_text()
 t = t.replace('| Auth flow | ralph/references/auth-flow.md |',
               '| Auth and sessions | ralph/references/auth-flow.md |')
 t = t.replace('- Use the service layer for DB access\\n',
               '- Use the service layer for DB access\\n- New pattern\\n')
 P('progress.txt').write_text(t)
-""" + COMMIT)
+"""
+        + COMMIT,
+    )
     report = verify(snap, project, "US-002")
     assert report.ok, report.findings
     assert not report.restored
@@ -156,11 +181,16 @@ P('progress.txt').write_text(t)
 
 def test_several_flipped_stories_warn(project: Project) -> None:
     snap = snapshot(project)
-    agent(project, """
+    agent(
+        project,
+        """
 prd = json.loads(P('prd.json').read_text())
 for s in prd['userStories']: s['passes'] = True
 P('prd.json').write_text(json.dumps(prd, indent=2))
-""" + APPEND_ENTRY + COMMIT)
+"""
+        + APPEND_ENTRY
+        + COMMIT,
+    )
     report = verify(snap, project, "US-002")
     assert report.flipped == ["US-002", "US-003"]
     (w,) = [f for f in report.findings if f.kind == "several_passed"]
@@ -180,12 +210,17 @@ def test_broken_prd_is_restored(project: Project) -> None:
 
 def test_removed_stories_are_restored_with_the_pass_kept(project: Project) -> None:
     snap = snapshot(project)
-    agent(project, """
+    agent(
+        project,
+        """
 prd = json.loads(P('prd.json').read_text())
 prd['userStories'] = prd['userStories'][:2]
 prd['userStories'][1]['passes'] = True
 P('prd.json').write_text(json.dumps(prd, indent=2) + '\\n')
-""" + APPEND_ENTRY + COMMIT)
+"""
+        + APPEND_ENTRY
+        + COMMIT,
+    )
     report = verify(snap, project, "US-002")
     assert "stories_removed" in [f.kind for f in report.errors()]
     stories = json.loads(project.prd_path.read_text())["userStories"]
@@ -195,25 +230,37 @@ P('prd.json').write_text(json.dumps(prd, indent=2) + '\\n')
 
 def test_index_rows_must_point_inside_the_folder_to_real_files(project: Project) -> None:
     snap = snapshot(project)
-    agent(project, MARK_PASSED + APPEND_ENTRY + """
+    agent(
+        project,
+        MARK_PASSED
+        + APPEND_ENTRY
+        + """
 P('ralph/references/orphan.md').write_text('# no row for me\\n')
 t = P('progress.txt').read_text()
 t = t.replace('|---|---|\\n', '|---|---|\\n| Ghost | ralph/references/ghost.md |\\n'
               '| Secrets | ../../etc/passwd |\\n| Broken | ralph/references/x.md\\n')
 P('progress.txt').write_text(t)
-""" + COMMIT)
+"""
+        + COMMIT,
+    )
     report = verify(snap, project, "US-002")
     kinds = sorted(f.kind for f in report.errors())
-    assert kinds == ["index_malformed", "index_missing_file", "index_path_escapes",
-                     "reference_unindexed"]
+    assert kinds == [
+        "index_malformed",
+        "index_missing_file",
+        "index_path_escapes",
+        "reference_unindexed",
+    ]
     notes = report.fix_notes()
     assert any("ralph/references/orphan.md" in n and "add '| <Topic> |" in n for n in notes)
 
 
 def test_deleted_reference_is_restored(project: Project) -> None:
     snap = snapshot(project)
-    agent(project, MARK_PASSED + APPEND_ENTRY +
-          "P('ralph/references/auth-flow.md').unlink()\n" + COMMIT)
+    agent(
+        project,
+        MARK_PASSED + APPEND_ENTRY + "P('ralph/references/auth-flow.md').unlink()\n" + COMMIT,
+    )
     report = verify(snap, project, "US-002")
     assert "reference_deleted" in [f.kind for f in report.warnings()]
     assert (project.references.dir / "auth-flow.md").read_text().startswith("# Auth flow")
@@ -222,18 +269,25 @@ def test_deleted_reference_is_restored(project: Project) -> None:
 
 def test_deleted_files_and_folders_are_restored(project: Project) -> None:
     snap = snapshot(project)
-    agent(project, "import shutil\nP('progress.txt').unlink()\nP('prd.json').unlink()\n"
-                   "shutil.rmtree('ralph/references')\n")
+    agent(
+        project,
+        "import shutil\nP('progress.txt').unlink()\nP('prd.json').unlink()\n"
+        "shutil.rmtree('ralph/references')\n",
+    )
     report = verify(snap, project, "US-002")
     assert {"progress_deleted", "prd_deleted"} <= {f.kind for f in report.errors()}
     assert "reference_deleted" in {f.kind for f in report.warnings()}
     assert fsutil.read_text(project.progress_path) == PROGRESS
     assert fsutil.read_text(project.prd_path) == snap.prd_text
-    assert (project.references.dir / "auth-flow.md").read_bytes() == \
-        snap.references["ralph/references/auth-flow.md"]
-    assert sorted(report.restored_files) == ["prd.json", "progress.txt",
-                                             "ralph/references/auth-flow.md"]
-    assert report.backups == []          # nothing of the agent's to keep: it deleted them
+    assert (project.references.dir / "auth-flow.md").read_bytes() == snap.references[
+        "ralph/references/auth-flow.md"
+    ]
+    assert sorted(report.restored_files) == [
+        "prd.json",
+        "progress.txt",
+        "ralph/references/auth-flow.md",
+    ]
+    assert report.backups == []  # nothing of the agent's to keep: it deleted them
 
 
 def test_passed_story_needs_a_commit_entry_and_clean_tree(project: Project) -> None:
@@ -243,10 +297,14 @@ def test_passed_story_needs_a_commit_entry_and_clean_tree(project: Project) -> N
     assert sorted(f.kind for f in report.errors()) == ["no_commit", "no_progress_entry"]
     assert any("git commit -m 'feat: US-002 - <title>'" in n for n in report.fix_notes())
     # committed now, with a stray file left behind and a vague message
-    agent(project, APPEND_ENTRY + """
+    agent(
+        project,
+        APPEND_ENTRY
+        + """
 subprocess.run(['git', 'add', 'prd.json', 'progress.txt'], check=True)
 subprocess.run(['git', 'commit', '-q', '-m', 'wip'], check=True)
-""")
+""",
+    )
     report = verify(snap, project, "US-002")
     assert report.ok
     assert sorted(f.kind for f in report.warnings()) == ["commit_message", "uncommitted"]
@@ -256,10 +314,15 @@ subprocess.run(['git', 'commit', '-q', '-m', 'wip'], check=True)
 def test_pre_existing_dirt_is_not_blamed_on_the_agent(project: Project) -> None:
     (project.root / "notes-by-user.txt").write_text("mine\n")
     snap = snapshot(project)
-    agent(project, MARK_PASSED + APPEND_ENTRY + """
+    agent(
+        project,
+        MARK_PASSED
+        + APPEND_ENTRY
+        + """
 subprocess.run(['git', 'add', 'prd.json', 'progress.txt'], check=True)
 subprocess.run(['git', 'commit', '-q', '-m', 'feat: US-002 - Story 2'], check=True)
-""")
+""",
+    )
     report = verify(snap, project, "US-002")
     assert report.ok and report.warnings() == []
 
@@ -276,12 +339,13 @@ def test_not_passed_story_outside_git(tmp_path: Path) -> None:
 
 # --------------------------------------------------------------------------- merge_history
 
+
 def test_merge_appends_and_insertions_lose_nothing() -> None:
     old = "a\nb\nc\n"
     assert merge_history(old, old + "d\n") == (old + "d\n", [])
     assert merge_history(old, "a\nnew\nb\nc\n") == ("a\nnew\nb\nc\n", [])
-    assert merge_history("a\nb", "a\nb\nc\n") == ("a\nb\nc\n", [])     # no final newline
-    assert merge_history(old, "a  \nb\nc\nd\n")[1] == []                 # trailing spaces
+    assert merge_history("a\nb", "a\nb\nc\n") == ("a\nb\nc\n", [])  # no final newline
+    assert merge_history(old, "a  \nb\nc\nd\n")[1] == []  # trailing spaces
     assert merge_history("A\n---\nB\n", "A\nX\n---\nY\nB\n")[1] == []  # separators
 
 
@@ -297,8 +361,10 @@ def test_merge_puts_back_deleted_and_replaced_lines() -> None:
 
 def test_merge_never_splices_a_new_entry_into_an_old_one() -> None:
     learn = "- **Learnings for future iterations:**\n  - notes live in out/\n---\n"
-    old = "# Log\n---\n\n## Progress Index\n| T | ralph/references/a.md |\n\n" \
-          "## 2026 - US-001\n- did one\n" + learn
+    old = (
+        "# Log\n---\n\n## Progress Index\n| T | ralph/references/a.md |\n\n"
+        "## 2026 - US-001\n- did one\n" + learn
+    )
     # the agent kept only the header and wrote its own entry, reusing a learning line
     new = "# Log\n---\n\n## 2026 - US-002\n- did two\n" + learn
     merged, lost = merge_history(old, new)
@@ -307,16 +373,22 @@ def test_merge_never_splices_a_new_entry_into_an_old_one() -> None:
 
 
 def test_merge_keeps_the_agents_index_and_pattern_edits() -> None:
-    old = "# Log\n\n## Progress Index\n| A | ralph/references/a.md |\n\n" \
-          "## Codebase Patterns\n- one\n- two\n\n## 2026 - US-001\n- x\n"
-    new = "# Log\n\n## Progress Index\n| A2 | ralph/references/a.md |\n| B | " \
-          "ralph/references/b.md |\n\n## Codebase Patterns\n- one\n- 1.5\n\n" \
-          "## 2026 - US-002\n- y\n"
+    old = (
+        "# Log\n\n## Progress Index\n| A | ralph/references/a.md |\n\n"
+        "## Codebase Patterns\n- one\n- two\n\n## 2026 - US-001\n- x\n"
+    )
+    new = (
+        "# Log\n\n## Progress Index\n| A2 | ralph/references/a.md |\n| B | "
+        "ralph/references/b.md |\n\n## Codebase Patterns\n- one\n- 1.5\n\n"
+        "## 2026 - US-002\n- y\n"
+    )
     merged, lost = merge_history(old, new)
     assert lost == ["- two\n", "## 2026 - US-001\n", "- x\n"]
-    assert merged == ("# Log\n\n## Progress Index\n| A2 | ralph/references/a.md |\n| B | "
-                      "ralph/references/b.md |\n\n## Codebase Patterns\n- one\n- two\n- 1.5\n"
-                      "\n## 2026 - US-001\n- x\n## 2026 - US-002\n- y\n")
+    assert merged == (
+        "# Log\n\n## Progress Index\n| A2 | ralph/references/a.md |\n| B | "
+        "ralph/references/b.md |\n\n## Codebase Patterns\n- one\n- two\n- 1.5\n"
+        "\n## 2026 - US-001\n- x\n## 2026 - US-002\n- y\n"
+    )
 
 
 @pytest.mark.parametrize("path", corpus_cases("progress.txt"))
@@ -342,11 +414,16 @@ def test_merge_on_real_histories(path: Path) -> None:
 
 # --------------------------------------------------------------------------- through the loop
 
+
 def _loop_with_fault(tmp_path: Path, fault: str) -> tuple[Path, dict]:
     from run_helpers import iterations, make_project, ralph
 
-    root = make_project(tmp_path / "p", 2, config={"mode": "indexed"},
-                        sim_env={"RALPH_SIM_FAULT": fault, "RALPH_SIM_FAULT_STORY": "US-002"})
+    root = make_project(
+        tmp_path / "p",
+        2,
+        config={"mode": "indexed"},
+        sim_env={"RALPH_SIM_FAULT": fault, "RALPH_SIM_FAULT_STORY": "US-002"},
+    )
     out = ralph(root, "run", "--tool", "sim", "5", timeout=240)
     assert out.returncode == 0, out.stderr
     record = next(r for r in iterations(root) if r["story_id"] == "US-002")

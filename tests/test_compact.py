@@ -30,38 +30,62 @@ def entry(n: int) -> str:
 def progress_text(topics: dict[str, str], entries: int = 5) -> str:
     rows = "".join(f"| {t} | ralph/references/{f} |\n" for t, f in topics.items())
     log = "\n".join(entry(n) for n in range(1, entries + 1))
-    return ("# Ralph Progress Log\nStarted: today\n---\n\n## Progress Index\n"
-            f"| Topic | Reference Path |\n|---|---|\n{rows}\n{log}")
+    return (
+        "# Ralph Progress Log\nStarted: today\n---\n\n## Progress Index\n"
+        f"| Topic | Reference Path |\n|---|---|\n{rows}\n{log}"
+    )
 
 
-def make(tmp_path: Path, name: str = "p", topics: dict[str, str] = TOPICS,
-         stories: list[tuple[str, list[str], list[str]]] | None = None) -> Path:
+def make(
+    tmp_path: Path,
+    name: str = "p",
+    topics: dict[str, str] = TOPICS,
+    stories: list[tuple[str, list[str], list[str]]] | None = None,
+) -> Path:
     root = tmp_path / name
     root.mkdir()
     subprocess.run(["git", "init", "-q"], cwd=root, check=True)
     (root / "prd.json").write_text('{"userStories": []}')
     (root / "ralph.yaml").write_text(
-        "references:\n  stale_after: 3\n  always: [Codebase patterns]\nlog:\n  keep_entries: 2\n")
+        "references:\n  stale_after: 3\n  always: [Codebase patterns]\nlog:\n  keep_entries: 2\n"
+    )
     (root / "progress.txt").write_text(progress_text(topics))
     for topic, f in topics.items():
         p = root / "ralph/references" / f
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(f"# {topic}\n\n- [US-001] something about {topic.lower()}\n")
     if stories is None:
-        stories = [("US-001", ["Legacy payments"], []), ("US-002", ["Auth flow"], []),
-                   ("US-003", ["ralph/references/db.md"], []), ("US-004", [], ["Build tooling"])]
+        stories = [
+            ("US-001", ["Legacy payments"], []),
+            ("US-002", ["Auth flow"], []),
+            ("US-003", ["ralph/references/db.md"], []),
+            ("US-004", [], ["Build tooling"]),
+        ]
     ledger = root / "ralph/logs/ledger.jsonl"
     ledger.parent.mkdir(parents=True)
     with ledger.open("w") as f:
         for sid, sel, upd in stories:
-            f.write(json.dumps({"event": "iteration", "run_id": "r1", "story_id": sid,
-                                "selected_references": sel, "updated_references": upd}) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "event": "iteration",
+                        "run_id": "r1",
+                        "story_id": sid,
+                        "selected_references": sel,
+                        "updated_references": upd,
+                    }
+                )
+                + "\n"
+            )
     return root
 
 
 def tree(root: Path) -> dict[str, str]:
-    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file() and ".git" not in p.parts}
+    return {
+        p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and ".git" not in p.parts
+    }
 
 
 def test_ageing_archives_unused_references_and_keeps_them_findable(tmp_path: Path) -> None:
@@ -71,8 +95,9 @@ def test_ageing_archives_unused_references_and_keeps_them_findable(tmp_path: Pat
     assert [r.topic for r in plan.stale] == ["Legacy payments"]  # used only 4 stories ago
     compact.apply(proj, plan)
     text = (root / "progress.txt").read_text()
-    assert "| Legacy payments | ralph/references/archive/payments.md |" in text.split(
-        "## Archived")[1]
+    assert (
+        "| Legacy payments | ralph/references/archive/payments.md |" in text.split("## Archived")[1]
+    )
     index = text.split("## Progress Index")[1].split("## Archived")[0]
     assert "Legacy payments" not in index and "Auth flow" in index
     assert not (root / "ralph/references/payments.md").exists()
@@ -100,11 +125,16 @@ def test_log_rotation_moves_old_entries_verbatim(tmp_path: Path) -> None:
 
 
 def test_near_duplicates_merge_keeping_every_bullet(tmp_path: Path) -> None:
-    topics = {"Auth flow": "auth-flow.md", "Auth flows": "auth-flows.md", "Build": "build.md",
-              "Codebase patterns": "codebase-patterns.md"}
+    topics = {
+        "Auth flow": "auth-flow.md",
+        "Auth flows": "auth-flows.md",
+        "Build": "build.md",
+        "Codebase patterns": "codebase-patterns.md",
+    }
     root = make(tmp_path, topics=topics, stories=[])
     (root / "ralph/references/auth-flows.md").write_text(
-        "# Auth flows\n\n- [US-009] tokens expire after 30 min\n  (refresh on 401)\n")
+        "# Auth flows\n\n- [US-009] tokens expire after 30 min\n  (refresh on 401)\n"
+    )
     proj = project.locate(root)
     plan = compact.plan(proj)
     assert [(a.topic, b.topic) for a, b in plan.merges] == [("Auth flow", "Auth flows")]
@@ -160,8 +190,13 @@ def test_failure_between_renames_rolls_back(tmp_path: Path, monkeypatch) -> None
 
 def _kill_mid_apply(root: Path, after: int) -> subprocess.CompletedProcess:
     env = dict(os.environ, RALPH_TEST_KILL_AFTER_RENAMES=str(after))
-    return subprocess.run([sys.executable, "-m", "orchestrator", "compact", "--apply"],
-                          cwd=root, env=env, capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator", "compact", "--apply"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
 
 
 @pytest.mark.parametrize("after", [1, 3])
@@ -174,11 +209,16 @@ def test_killed_apply_is_completed_by_recover(tmp_path: Path, after: int) -> Non
     res = _kill_mid_apply(root, after)
     assert res.returncode == -signal.SIGKILL
     assert (root / compact.JOURNAL_DIR).is_dir()
-    chk = subprocess.run([sys.executable, "-m", "orchestrator", "check"], cwd=root,
-                         capture_output=True, text=True)
+    chk = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "check"], cwd=root, capture_output=True, text=True
+    )
     assert chk.returncode == 1 and "interrupted-apply" in chk.stdout
-    rec = subprocess.run([sys.executable, "-m", "orchestrator", "compact", "--recover"],
-                         cwd=root, capture_output=True, text=True)
+    rec = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "compact", "--recover"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+    )
     assert rec.returncode == 0 and "completed an interrupted apply" in rec.stdout
     assert tree(root) == expected  # as it should be
 
@@ -231,8 +271,9 @@ print("removed duplicates")
 
 
 @pytest.mark.parametrize("keep_title", [True, False])
-def test_agent_condenses_an_oversized_reference(tmp_path: Path, monkeypatch, capsys,
-                                                keep_title: bool) -> None:
+def test_agent_condenses_an_oversized_reference(
+    tmp_path: Path, monkeypatch, capsys, keep_title: bool
+) -> None:
     root = make(tmp_path)
     (root / "shrink.py").write_text(SHRINK.format(keep_title=keep_title))
     with (root / "ralph.yaml").open("a") as f:
@@ -260,9 +301,11 @@ def test_references_newer_than_the_ledger_stories_are_not_aged(tmp_path: Path) -
     root = make(tmp_path)
     ledger = root / "ralph/logs/ledger.jsonl"
     lines = [json.loads(x) for x in ledger.read_text().splitlines()]
-    ledger.write_text("".join(json.dumps({**r, "ts": "2020-01-01T00:00:00Z"}) + "\n"
-                              for r in lines))
+    ledger.write_text(
+        "".join(json.dumps({**r, "ts": "2020-01-01T00:00:00Z"}) + "\n" for r in lines)
+    )
     assert compact.plan(project.locate(root)).stale == []
-    ledger.write_text("".join(json.dumps({**r, "ts": "2999-01-01T00:00:00Z"}) + "\n"
-                              for r in lines))
+    ledger.write_text(
+        "".join(json.dumps({**r, "ts": "2999-01-01T00:00:00Z"}) + "\n" for r in lines)
+    )
     assert [r.topic for r in compact.plan(project.locate(root)).stale] == ["Legacy payments"]

@@ -46,10 +46,10 @@ def test_section_with_every_key_commented_out_is_its_defaults(tmp_path: Path) ->
 def test_precedence_flag_over_file_over_default(tmp_path: Path) -> None:
     p = write(tmp_path, "tool: claude\nmax_iterations: 25\nbudget:\n  prompt_tokens: 9000\n")
     c = load_config(p, {"max_iterations": 3, "tool": None, "budget.warn_at": None})
-    assert c.max_iterations == 3          # flag wins
-    assert c.tool == "claude"             # flag not given (None) -> file
+    assert c.max_iterations == 3  # flag wins
+    assert c.tool == "claude"  # flag not given (None) -> file
     assert c.budget.prompt_tokens == 9000  # file
-    assert c.budget.warn_at == 0.8        # default
+    assert c.budget.warn_at == 0.8  # default
     assert c.path == p
 
 
@@ -72,8 +72,11 @@ def test_bad_override_names_command_line(tmp_path: Path) -> None:
 
 def test_unknown_keys_warn_with_suggestion(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    p = write(tmp_path, "budget:\n  promt_tokens: 5\nmax_iteration: 4\nprompt_tokens: 1\n"
-                        "agents:\n  claude:\n    modle: opus\nzzz: 1\n")
+    p = write(
+        tmp_path,
+        "budget:\n  promt_tokens: 5\nmax_iteration: 4\nprompt_tokens: 1\n"
+        "agents:\n  claude:\n    modle: opus\nzzz: 1\n",
+    )
     c = load_config(p, {})
     assert c.warnings == [
         "ralph.yaml: unknown key 'budget.promt_tokens' (did you mean 'budget.prompt_tokens'?)",
@@ -90,25 +93,36 @@ def test_unknown_keys_warn_with_suggestion(tmp_path: Path, monkeypatch: pytest.M
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("budget:\n  prompt_tokens: lots\n",
-         "ralph.yaml: budget.prompt_tokens must be an integer, got 'lots' (default: 16000)"),
+        (
+            "budget:\n  prompt_tokens: lots\n",
+            "ralph.yaml: budget.prompt_tokens must be an integer, got 'lots' (default: 16000)",
+        ),
         ("max_iterations: true\n", "ralph.yaml: max_iterations must be an integer, got true"),
         ("max_iterations: 0\n", "ralph.yaml: max_iterations must be at least 1, got 0"),
-        ("mode: fast\n",
-         "ralph.yaml: mode must be one of 'auto', 'indexed' or 'full', got 'fast'"),
+        ("mode: fast\n", "ralph.yaml: mode must be one of 'auto', 'indexed' or 'full', got 'fast'"),
         ("checks: maybe\n", "ralph.yaml: checks must be one of 'warn', 'retry' or 'fail'"),
         ("budget: 5\n", "ralph.yaml: budget must be a mapping of settings, got 5"),
         ("budget:\n  warn_at: 2\n", "ralph.yaml: budget.warn_at must be at most 1"),
-        ("references:\n  dir: ../elsewhere\n",
-         "ralph.yaml: references.dir must be a relative folder inside the project"),
-        ("references:\n  always: auth\n",
-         "ralph.yaml: references.always must be a list, got 'auth'"),
-        ("agents:\n  claude:\n    env: {TOKEN: 1}\n",
-         "ralph.yaml: agents.claude.env.TOKEN must be a string, got 1"),
-        ("agents:\n  claude:\n    prompt: pipe\n",
-         "ralph.yaml: agents.claude.prompt must be one of 'stdin', 'file' or 'argument'"),
-        ("agents:\n  claude:\n    args: [1]\n",
-         "ralph.yaml: agents.claude.args[0] must be a string, got 1"),
+        (
+            "references:\n  dir: ../elsewhere\n",
+            "ralph.yaml: references.dir must be a relative folder inside the project",
+        ),
+        (
+            "references:\n  always: auth\n",
+            "ralph.yaml: references.always must be a list, got 'auth'",
+        ),
+        (
+            "agents:\n  claude:\n    env: {TOKEN: 1}\n",
+            "ralph.yaml: agents.claude.env.TOKEN must be a string, got 1",
+        ),
+        (
+            "agents:\n  claude:\n    prompt: pipe\n",
+            "ralph.yaml: agents.claude.prompt must be one of 'stdin', 'file' or 'argument'",
+        ),
+        (
+            "agents:\n  claude:\n    args: [1]\n",
+            "ralph.yaml: agents.claude.args[0] must be a string, got 1",
+        ),
         ("encoding: gpt2\n", "ralph.yaml: encoding must be one of 'o200k_base' or 'cl100k_base'"),
         ("tool:\n", "ralph.yaml: tool must be a string, got nothing (null)"),
         ("- tool\n", "ralph.yaml: the top level must be a mapping of settings"),
@@ -117,8 +131,9 @@ def test_unknown_keys_warn_with_suggestion(tmp_path: Path, monkeypatch: pytest.M
         ("tool: claude\n  mode: full\n", "ralph.yaml:2:7: invalid YAML: mapping values"),
     ],
 )
-def test_bad_config_messages(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str,
-                             message: str) -> None:
+def test_bad_config_messages(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str, message: str
+) -> None:
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ConfigError) as info:
         load_config(write(tmp_path, text), {})

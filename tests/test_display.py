@@ -8,20 +8,36 @@ from rich.console import Console
 
 from orchestrator.display import Display, duration, money, summary_line
 
-REC = {"event": "iteration", "iteration": 4, "story_id": "US-004", "outcome": "passed",
-       "prompt_tokens": 3100, "full_history_tokens": 27400, "saved_pct": 88.7,
-       "usage": {"input_tokens": 1000, "output_tokens": 2300, "cache_read_tokens": 130000,
-                 "cache_write_tokens": 10000}, "cost_usd": 0.41, "duration_s": 192}
+REC = {
+    "event": "iteration",
+    "iteration": 4,
+    "story_id": "US-004",
+    "outcome": "passed",
+    "prompt_tokens": 3100,
+    "full_history_tokens": 27400,
+    "saved_pct": 88.7,
+    "usage": {
+        "input_tokens": 1000,
+        "output_tokens": 2300,
+        "cache_read_tokens": 130000,
+        "cache_write_tokens": 10000,
+    },
+    "cost_usd": 0.41,
+    "duration_s": 192,
+}
 
 
 def test_summary_line_matches_the_documented_shape() -> None:
-    assert summary_line(REC) == ("US-004 passed · prompt 3.1k tok (full history 27.4k: saved "
-                                 "89%) · agent 141k in / 2.3k out · $0.41 · 3m12s")
+    assert summary_line(REC) == (
+        "US-004 passed · prompt 3.1k tok (full history 27.4k: saved "
+        "89%) · agent 141k in / 2.3k out · $0.41 · 3m12s"
+    )
 
 
 def test_summary_without_usage_or_cost_says_so() -> None:
-    rec = dict(REC, usage=None, cost_usd=None, outcome="no_progress",
-               checks={"errors": 1, "warnings": 2})
+    rec = dict(
+        REC, usage=None, cost_usd=None, outcome="no_progress", checks={"errors": 1, "warnings": 2}
+    )
     line = summary_line(rec)
     assert "agent usage not reported" in line and "$" not in line
     assert line.startswith("US-004 no progress") and "checks: 1 error(s), 2 warning(s)" in line
@@ -36,11 +52,15 @@ def test_table_and_plain_output_off_a_tty() -> None:
     buf = io.StringIO()
     d = Display(Console(file=buf, width=100))
     assert not d.live_enabled
-    with d.live() as status:                      # no status line without a terminal
+    with d.live() as status:  # no status line without a terminal
         status.story = "US-004"
         d.agent("⏺ Read app.py")
-    d.print_table([REC, dict(REC, iteration=5, story_id="US-005", outcome="failed",
-                             usage=None, cost_usd=None)])
+    d.print_table(
+        [
+            REC,
+            dict(REC, iteration=5, story_id="US-005", outcome="failed", usage=None, cost_usd=None),
+        ]
+    )
     out = buf.getvalue()
     assert "\x1b[" not in out and "⏺ Read app.py" in out
     assert "US-005" in out and "failed" in out and "1 pass" in out and "$0.41" in out

@@ -50,10 +50,19 @@ def test_failed_write_leaves_the_old_file_and_no_temp(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("given", "expected"),
-    [("ralph/references", "ralph/references"), ("a\\b.md", "a/b.md"), ("./x", "x"),
-     ("", None), ("  ", None), ("/etc", None), ("a/../../b", None), ("..", None)],
+    [
+        ("ralph/references", "ralph/references"),
+        ("a\\b.md", "a/b.md"),
+        ("./x", "x"),
+        ("", None),
+        ("  ", None),
+        ("/etc", None),
+        ("a/../../b", None),
+        ("..", None),
+    ],
 )
-def test_relative_inside_refuses_what_could_leave_the_folder(given: str, expected: str | None
-                                                            ) -> None:
+def test_relative_inside_refuses_what_could_leave_the_folder(
+    given: str, expected: str | None
+) -> None:
     got = relative_inside(given)
     assert (got.as_posix() if got is not None else None) == expected

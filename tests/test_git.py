@@ -14,8 +14,9 @@ ME = git.Identity("Test Person", "test@example.invalid")
 
 def sh(root: Path, *args: str) -> str:
     """Plain git, independent of the module under test, for setting up and checking."""
-    return subprocess.run(["git", *args], cwd=root, check=True, capture_output=True,
-                          text=True).stdout
+    return subprocess.run(
+        ["git", *args], cwd=root, check=True, capture_output=True, text=True
+    ).stdout
 
 
 @pytest.fixture
@@ -59,7 +60,8 @@ def test_head_before_and_after_the_first_commit(repo: Path) -> None:
     assert git.is_clean(repo) is True
     # The identity went on the commit only, never into the repository's config.
     assert sh(repo, "log", "-1", "--format=%an <%ae>|%s").strip() == (
-        "Test Person <test@example.invalid>|first")
+        "Test Person <test@example.invalid>|first"
+    )
     assert "Test Person" not in (repo / ".git" / "config").read_text()
 
 

@@ -31,26 +31,40 @@ def snapshot(root: Path) -> dict[str, bytes]:
 
 
 def ralph(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(RALPH), *args], cwd=cwd, capture_output=True, text=True,
-                          env={**os.environ}, timeout=120, check=False)
+    return subprocess.run(
+        [str(RALPH), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env={**os.environ},
+        timeout=120,
+        check=False,
+    )
 
 
 def test_init_in_a_git_repo_creates_everything_then_changes_nothing(tmp_path: Path) -> None:
     root = git_init(tmp_path / "app")
-    (root / ".gitignore").write_text("node_modules")          # no trailing newline
+    (root / ".gitignore").write_text("node_modules")  # no trailing newline
     out = ralph(root, "init")
     assert out.returncode == 0, out.stderr
     assert "created  ralph.yaml" in out.stdout
     assert "created  prd.json" in out.stdout
     files = snapshot(root)
-    assert set(files) == {".gitignore", "ralph.yaml", "prd.json", "progress.txt",
-                          "ralph/references/.gitkeep"}
+    assert set(files) == {
+        ".gitignore",
+        "ralph.yaml",
+        "prd.json",
+        "progress.txt",
+        "ralph/references/.gitkeep",
+    }
     progress = Progress.parse(files["progress.txt"].decode())
     assert files["progress.txt"].startswith(b"# Ralph Progress Log\nStarted: ")
     assert progress.has_index and progress.index_rows == []
     assert json.loads(files["prd.json"])["userStories"][0]["passes"] is False
-    assert files[".gitignore"] == b"node_modules\n# ralph-index logs (ledger, transcripts, " \
-                                  b"backups)\n/ralph/logs/\n"
+    assert (
+        files[".gitignore"] == b"node_modules\n# ralph-index logs (ledger, transcripts, "
+        b"backups)\n/ralph/logs/\n"
+    )
     assert load_config(root / "ralph.yaml", {}).ralph_dir is None
     # git agrees the logs are ignored
     (root / "ralph" / "logs").mkdir()
@@ -65,8 +79,9 @@ def test_init_in_a_git_repo_creates_everything_then_changes_nothing(tmp_path: Pa
     assert snapshot(root) == files
 
 
-def test_init_outside_git_with_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_init_outside_git_with_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.chdir(tmp_path)
     assert main(["init", "--dir", "scripts/ralph"]) == 0
     out = capsys.readouterr().out
@@ -168,8 +183,10 @@ def test_unknown_key_in_existing_ralph_yaml_is_a_warning_on_stderr(tmp_path: Pat
     (tmp_path / "ralph.yaml").write_text("tool: claude\nbudget:\n  promt_tokens: 3\n")
     out = ralph(tmp_path, "init")
     assert out.returncode == 0
-    assert ("ralph: warning: ralph.yaml: unknown key 'budget.promt_tokens' "
-            "(did you mean 'budget.prompt_tokens'?)") in out.stderr
+    assert (
+        "ralph: warning: ralph.yaml: unknown key 'budget.promt_tokens' "
+        "(did you mean 'budget.prompt_tokens'?)"
+    ) in out.stderr
     assert "kept     ralph.yaml" in out.stdout
 
 

@@ -12,10 +12,21 @@ from orchestrator import ledger
 
 
 def _it(n: int, **kw) -> dict:
-    rec = {"iteration": n, "story_id": f"US-{n:03d}", "outcome": "passed", "prompt_tokens": 100,
-           "full_history_tokens": 400, "usage": {"input_tokens": 10, "output_tokens": 5,
-                                                 "cache_read_tokens": 80, "cache_write_tokens": 10},
-           "cost_usd": 0.5, "duration_s": 2.0}
+    rec = {
+        "iteration": n,
+        "story_id": f"US-{n:03d}",
+        "outcome": "passed",
+        "prompt_tokens": 100,
+        "full_history_tokens": 400,
+        "usage": {
+            "input_tokens": 10,
+            "output_tokens": 5,
+            "cache_read_tokens": 80,
+            "cache_write_tokens": 10,
+        },
+        "cost_usd": 0.5,
+        "duration_s": 2.0,
+    }
     rec.update(kw)
     return rec
 

@@ -23,8 +23,16 @@ needs_fixtures = pytest.mark.skipif(FIX is None, reason="shared/fixtures not fou
 
 
 def test_rate_limit_event_rejected_uses_resets_at_epoch():
-    line = json.dumps({"type": "rate_limit_event", "rate_limit_info": {
-        "status": "rejected", "resetsAt": 1796083200, "rateLimitType": "five_hour"}})
+    line = json.dumps(
+        {
+            "type": "rate_limit_event",
+            "rate_limit_info": {
+                "status": "rejected",
+                "resetsAt": 1796083200,
+                "rateLimitType": "five_hour",
+            },
+        }
+    )
     sig = detect("noise\n" + line + "\n", now=NOW)
     assert sig is not None and sig.kind == "usage"
     assert sig.reset_at == datetime.fromtimestamp(1796083200, UTC)
@@ -32,8 +40,12 @@ def test_rate_limit_event_rejected_uses_resets_at_epoch():
 
 
 def test_rate_limit_event_allowed_is_no_limit():
-    line = json.dumps({"type": "rate_limit_event", "rate_limit_info": {
-        "status": "allowed_warning", "resetsAt": 1796083200}})
+    line = json.dumps(
+        {
+            "type": "rate_limit_event",
+            "rate_limit_info": {"status": "allowed_warning", "resetsAt": 1796083200},
+        }
+    )
     assert detect(line, now=NOW) is None
 
 
@@ -84,9 +96,11 @@ def test_weekly_limit_with_date():
 
 
 def test_codex_usage_limit_try_again_at():
-    text = ("You've hit your usage limit. Upgrade to Pro (https://openai.com/chatgpt/pricing), "
-            "visit https://chatgpt.com/codex/settings/usage to purchase more credits or try "
-            "again at 12:16 PM.")
+    text = (
+        "You've hit your usage limit. Upgrade to Pro (https://openai.com/chatgpt/pricing), "
+        "visit https://chatgpt.com/codex/settings/usage to purchase more credits or try "
+        "again at 12:16 PM."
+    )
     sig = detect(text, now=NOW)
     assert sig.reset_at == datetime(2026, 11, 30, 12, 16, tzinfo=UTC) + timedelta(days=1)
     sig2 = detect(text, now=datetime(2026, 11, 30, 9, 0, tzinfo=UTC))
@@ -118,9 +132,11 @@ def test_http_status_429_on_result():
 
 
 def test_gemini_resource_exhausted_with_retry_delay():
-    text = ('[API Error: {"error":{"code":429,"message":"Quota exceeded for quota metric '
-            '\'Gemini 2.5 Pro Requests\'","status":"RESOURCE_EXHAUSTED","details":'
-            '[{"retryDelay": "37s"}]}}]')
+    text = (
+        '[API Error: {"error":{"code":429,"message":"Quota exceeded for quota metric '
+        '\'Gemini 2.5 Pro Requests\'","status":"RESOURCE_EXHAUSTED","details":'
+        '[{"retryDelay": "37s"}]}}]'
+    )
     sig = detect(text, now=NOW)
     assert sig.kind == "quota" and sig.reset_at == NOW + timedelta(seconds=37)
 
@@ -130,12 +146,15 @@ def test_amp_out_of_credits():
     assert sig is not None and sig.reset_at is None
 
 
-@pytest.mark.parametrize("text", [
-    "",
-    "Fixed the rate limiter; all tests pass. <promise>COMPLETE</promise>",
-    "The token bucket resets at 9pm in the docs",
-    '{"type":"result","is_error":false,"result":"done"}',
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "Fixed the rate limiter; all tests pass. <promise>COMPLETE</promise>",
+        "The token bucket resets at 9pm in the docs",
+        '{"type":"result","is_error":false,"result":"done"}',
+    ],
+)
 def test_ordinary_text_is_no_limit(text):
     assert detect(text, now=NOW) is None
 
@@ -153,16 +172,23 @@ def test_now_default_is_aware():
     assert 0 < sig.wait_seconds() <= 24 * 3600
 
 
-@pytest.mark.parametrize(("result", "output", "expected"), [
-    (AgentResult(is_error=True, final_message="No messages returned"), "", True),
-    (AgentResult(is_error=True, error="API Error: 529 overloaded_error"), "", True),
-    (AgentResult(is_error=True, http_status=500), "", True),
-    (None, "Error: API Error: 503 Service Unavailable", True),
-    (AgentResult(is_error=True), "Error: Couldn't connect to the Amp server at https://x/.", True),
-    (AgentResult(is_error=True), "TypeError: fetch failed", True),
-    (AgentResult(is_error=True, http_status=429, error="Request rejected (429)"), "", False),
-    (AgentResult(final_message="No messages returned"), "", False),  # not an error
-    (AgentResult(), '{"type":"user","content":"Overloaded servers are a topic"}', False),
-])
+@pytest.mark.parametrize(
+    ("result", "output", "expected"),
+    [
+        (AgentResult(is_error=True, final_message="No messages returned"), "", True),
+        (AgentResult(is_error=True, error="API Error: 529 overloaded_error"), "", True),
+        (AgentResult(is_error=True, http_status=500), "", True),
+        (None, "Error: API Error: 503 Service Unavailable", True),
+        (
+            AgentResult(is_error=True),
+            "Error: Couldn't connect to the Amp server at https://x/.",
+            True,
+        ),
+        (AgentResult(is_error=True), "TypeError: fetch failed", True),
+        (AgentResult(is_error=True, http_status=429, error="Request rejected (429)"), "", False),
+        (AgentResult(final_message="No messages returned"), "", False),  # not an error
+        (AgentResult(), '{"type":"user","content":"Overloaded servers are a topic"}', False),
+    ],
+)
 def test_is_transient(result, output, expected):
     assert is_transient(result, output) is expected

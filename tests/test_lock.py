@@ -24,8 +24,9 @@ with project_lock(locate(Path(sys.argv[1])), command="ralph run --tool claude"):
 
 
 def hold_in_child(root: Path) -> subprocess.Popen[str]:
-    child = subprocess.Popen([sys.executable, "-c", HOLD, str(root)],
-                             stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(root)], stdout=subprocess.PIPE, text=True
+    )
     assert child.stdout is not None
     assert child.stdout.readline().strip() == "locked"
     return child
@@ -39,7 +40,7 @@ def test_second_process_fails_at_once_naming_the_holder(tmp_path: Path) -> None:
         started = time.monotonic()
         with pytest.raises(LockHeld) as info, project_lock(project):
             pass
-        assert time.monotonic() - started < 2          # no waiting
+        assert time.monotonic() - started < 2  # no waiting
         msg = str(info.value)
         assert f"another ralph run (pid {child.pid}, started " in msg
         assert "command 'ralph run --tool claude'" in msg

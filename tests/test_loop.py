@@ -21,17 +21,40 @@ from orchestrator.runner import RunOutcome
 NOW = datetime(2026, 11, 30, 6, 0, tzinfo=timezone.utc)
 
 
-def _attempt(*, exit_code: int | None = 0, passed: bool = False, all_passed: bool = False,
-             final: str | None = "done", error: str | None = None, timed_out=None,
-             interrupted: bool = False, changed: bool = False, limit=None,
-             output: str = "") -> Attempt:
-    result = AgentResult(final_message=final, usage=Usage(10, 5), cost_usd=0.1,
-                         is_error=error is not None, error=error, limit=limit)
+def _attempt(
+    *,
+    exit_code: int | None = 0,
+    passed: bool = False,
+    all_passed: bool = False,
+    final: str | None = "done",
+    error: str | None = None,
+    timed_out=None,
+    interrupted: bool = False,
+    changed: bool = False,
+    limit=None,
+    output: str = "",
+) -> Attempt:
+    result = AgentResult(
+        final_message=final,
+        usage=Usage(10, 5),
+        cost_usd=0.1,
+        is_error=error is not None,
+        error=error,
+        limit=limit,
+    )
     before = WorkState("a", "t1")
     after = WorkState("a", "t2" if changed else "t1")
-    return Attempt(n=1, outcome=RunOutcome(exit_code, output, timed_out, interrupted, 1.0),
-                   result=result, passed=passed, all_passed=all_passed, prd_error=None,
-                   before=before, after=after, transcript=Path("x.log"))
+    return Attempt(
+        n=1,
+        outcome=RunOutcome(exit_code, output, timed_out, interrupted, 1.0),
+        result=result,
+        passed=passed,
+        all_passed=all_passed,
+        prd_error=None,
+        before=before,
+        after=after,
+        transcript=Path("x.log"),
+    )
 
 
 def test_outcomes() -> None:
@@ -47,26 +70,25 @@ def test_completion_only_from_final_message_and_prd() -> None:
     assert _attempt(final=f"all done {sentinel}", all_passed=True).completion() == "complete"
     assert _attempt(final=f"all done {sentinel}", all_passed=False).completion() == "false"
     # Echoed in the output (a prompt, a tool result) but not in the final message: nothing.
-    assert _attempt(final="ok", output=f"... {sentinel} ...", all_passed=True).completion() \
-        is None
+    assert _attempt(final="ok", output=f"... {sentinel} ...", all_passed=True).completion() is None
 
 
 def test_transient_and_limit_classification() -> None:
     assert _attempt(exit_code=1, error="No messages returned").transient
-    assert _attempt(exit_code=2, error="crash").transient               # crashed, no change
+    assert _attempt(exit_code=2, error="crash").transient  # crashed, no change
     assert not _attempt(exit_code=2, error="crash", changed=True).transient
     assert not _attempt(exit_code=0).transient
     sig = limits.LimitSignal(None, "429", "rate")
     assert _attempt(exit_code=1, error="429", limit=sig).limit is sig
     assert not _attempt(exit_code=1, error="429", limit=sig).transient
-    assert _attempt(passed=True, limit=sig).limit is None               # work done: go on
+    assert _attempt(passed=True, limit=sig).limit is None  # work done: go on
 
 
 def test_workstate_sees_edits_to_dirty_files_and_ignores_logs(tmp_path: Path) -> None:
     root = make_project(tmp_path / "p", 1)
     (root / "a.txt").write_text("one")
     s1 = WorkState.capture(root, ["ralph/logs"])
-    (root / "a.txt").write_text("two")                 # still just "?? a.txt" for git status
+    (root / "a.txt").write_text("two")  # still just "?? a.txt" for git status
     s2 = WorkState.capture(root, ["ralph/logs"])
     assert s1.tree != s2.tree
     (root / "ralph/logs").mkdir(parents=True)
@@ -87,11 +109,14 @@ class _Sleeps(list):
 
 @pytest.fixture
 def loop(tmp_path: Path) -> Loop:
-    root = make_project(tmp_path / "p", 2, config={"limits": {"max_wait": 600,
-                                                              "fallback_wait": 90}})
+    root = make_project(
+        tmp_path / "p", 2, config={"limits": {"max_wait": 600, "fallback_wait": 90}}
+    )
     project = locate(root)
-    lp = Loop(project, RunOptions(tool="sim", display=Display(quiet=True), sleep=_Sleeps(),
-                                  now=lambda: NOW))
+    lp = Loop(
+        project,
+        RunOptions(tool="sim", display=Display(quiet=True), sleep=_Sleeps(), now=lambda: NOW),
+    )
     yield lp
     lp.ledger.close()
 
@@ -106,13 +131,13 @@ class _It:
 def test_limit_wait_uses_reset_time_else_fallback(loop: Loop) -> None:
     sig = limits.LimitSignal(NOW + timedelta(seconds=120), "resets soon", "usage")
     waited = loop._wait_for_limit(_It, _attempt(exit_code=1, error="x", limit=sig), 0)
-    assert waited == 122                        # the stated reset, plus a 2 s margin
-    waited = loop._wait_for_limit(_It, _attempt(exit_code=1, error="x",
-                                                limit=limits.LimitSignal(None, "429")), 0)
+    assert waited == 122  # the stated reset, plus a 2 s margin
+    waited = loop._wait_for_limit(
+        _It, _attempt(exit_code=1, error="x", limit=limits.LimitSignal(None, "429")), 0
+    )
     assert waited == 90
     assert sum(loop.options.sleep) == pytest.approx(122 + 90, abs=2)
-    waits = [r for r in ledger.read(loop.ledger.path)
-             if r["event"] == "limit_wait"]
+    waits = [r for r in ledger.read(loop.ledger.path) if r["event"] == "limit_wait"]
     assert [w["source"].startswith("no reset") for w in waits] == [False, True]
 
 
@@ -122,16 +147,25 @@ def test_limit_wait_beyond_max_wait_stops(loop: Loop) -> None:
         loop._wait_for_limit(_It, _attempt(exit_code=1, error="x", limit=sig), 0)
     # Waits add up: a second wait that would pass max_wait stops too.
     with pytest.raises(BudgetExhausted):
-        loop._wait_for_limit(_It, _attempt(exit_code=1, error="x",
-                                           limit=limits.LimitSignal(None, "429")), 550)
+        loop._wait_for_limit(
+            _It, _attempt(exit_code=1, error="x", limit=limits.LimitSignal(None, "429")), 550
+        )
 
 
 def test_stuck_breaker_counts_only_consecutive_no_progress(loop: Loop) -> None:
     def rec(i: int, outcome: str, changed: bool = False) -> dict:
-        return {"iteration": i, "story_id": "US-001", "outcome": outcome, "exit_code": 0,
-                "committed": False, "files_changed": changed, "error": None}
+        return {
+            "iteration": i,
+            "story_id": "US-001",
+            "outcome": outcome,
+            "exit_code": 0,
+            "committed": False,
+            "files_changed": changed,
+            "error": None,
+        }
+
     loop._check_stuck(rec(1, "no_progress"))
-    loop._check_stuck(rec(2, "failed", changed=True))          # a file changed: progress
+    loop._check_stuck(rec(2, "failed", changed=True))  # a file changed: progress
     loop._check_stuck(rec(3, "no_progress"))
     loop._check_stuck(rec(4, "no_progress"))
     with pytest.raises(Stuck, match=r"3 iterations in a row.*#3 US-001.*#5 US-001"):

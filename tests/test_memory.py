@@ -17,9 +17,12 @@ def make_project(root: Path, progress_text: str | None) -> SimpleNamespace:
     progress_path = root / "progress.txt"
     if progress_text is not None:
         progress_path.write_text(progress_text)
-    return SimpleNamespace(root=root, progress_path=progress_path,
-                           references=ReferenceStore(root),
-                           config=SimpleNamespace(encoding="cl100k_base"))
+    return SimpleNamespace(
+        root=root,
+        progress_path=progress_path,
+        references=ReferenceStore(root),
+        config=SimpleNamespace(encoding="cl100k_base"),
+    )
 
 
 def indexed(rows: list[tuple[str, str]]) -> str:
@@ -81,16 +84,23 @@ def test_cli_status_shows_index_and_references(tmp_path: Path) -> None:
     import sys
 
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
-    (tmp_path / "prd.json").write_text(json.dumps(
-        {"userStories": [{"id": "US-001", "title": "t", "passes": False}]}))
-    text = indexed([("Auth", "ralph/references/auth.md"), ("DB", "db.md"),
-                    ("Evil", "../../etc/passwd")])
+    (tmp_path / "prd.json").write_text(
+        json.dumps({"userStories": [{"id": "US-001", "title": "t", "passes": False}]})
+    )
+    text = indexed(
+        [("Auth", "ralph/references/auth.md"), ("DB", "db.md"), ("Evil", "../../etc/passwd")]
+    )
     (tmp_path / "progress.txt").write_text(text)
     ReferenceStore(tmp_path).write("ralph/references/auth.md", "# Auth\nUse JWT.\n")
     repo = Path(__file__).resolve().parents[1]
-    out = subprocess.run([sys.executable, "-m", "orchestrator", "status", "--json"],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=120,
-                         env={**os.environ, "PYTHONPATH": str(repo)})
+    out = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "status", "--json"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(repo)},
+    )
     assert out.returncode == 0, out.stderr
     st = json.loads(out.stdout)
     assert [r["topic"] for r in st["index"]] == ["Auth", "DB", "Evil"]

@@ -51,8 +51,11 @@ def test_build_memory_is_lossless_and_bounded(progress: Path) -> None:
     # Independent oracle: progress.py's own reading of the learnings and patterns (it strips
     # labels such as "**Learning:**", so its lines are looked up as substrings).
     missing = [
-        ln for e in parsed.entries for learning in e.learnings
-        for ln in learning.split("\n") if _norm(ln) and _norm(ln) not in everything
+        ln
+        for e in parsed.entries
+        for learning in e.learnings
+        for ln in learning.split("\n")
+        if _norm(ln) and _norm(ln) not in everything
     ]
     assert not missing, f"learnings not in any reference: {missing[:5]}"
     patterns = parsed.codebase_patterns or ""
@@ -63,7 +66,7 @@ def test_build_memory_is_lossless_and_bounded(progress: Path) -> None:
         assert tokens.count(ref) <= CAP, path
         assert path.startswith("ralph/references/") and ".." not in path
     names = [t.name for t in plan.topics]
-    assert not [(a, b) for i, a in enumerate(names) for b in names[i + 1:] if audit.similar(a, b)]
+    assert not [(a, b) for i, a in enumerate(names) for b in names[i + 1 :] if audit.similar(a, b)]
     assert plan.tokens_after < plan.tokens_before
     # Each topic's reference carries the paths of the files its learnings concern.
     for t in plan.topics:
@@ -121,7 +124,8 @@ def _project(tmp_path: Path, corpus_folder: Path) -> Path:
 def _tree(root: Path) -> dict[str, str]:
     return {
         p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(root.rglob("*")) if p.is_file() and ".git" not in p.parts
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and ".git" not in p.parts
     }
 
 
@@ -184,12 +188,15 @@ def test_with_always_edits_yaml_minimally() -> None:
     assert new.startswith("# mine\ntool: claude\nreferences:\n  always: [")
     assert "max_tokens: 900" in new
     assert migrate._with_always("references:\n  always: [Auth]\n").endswith(
-        'always: [Auth, "Codebase patterns"]\n')
+        'always: [Auth, "Codebase patterns"]\n'
+    )
 
 
 def test_crlf_and_header_only_logs() -> None:
-    text = "# Ralph Progress Log\r\n---\r\n\r\n## 2026-01-01 - US-001\r\n- done\r\n" \
-           "- **Learnings for future iterations:**\r\n  - keep `src/a.ts` pure\r\n---\r\n"
+    text = (
+        "# Ralph Progress Log\r\n---\r\n\r\n## 2026-01-01 - US-001\r\n- done\r\n"
+        "- **Learnings for future iterations:**\r\n  - keep `src/a.ts` pure\r\n---\r\n"
+    )
     new, refs = migrate.build_memory(text)
     assert "\n" not in new.replace("\r\n", "")
     assert any("keep `src/a.ts` pure" in r for r in refs.values())
@@ -220,14 +227,18 @@ def test_killed_migrate_is_completed_or_rolled_back(tmp_path: Path, corpus: Path
 
 
 def test_heading_inside_a_code_fence_is_not_a_section() -> None:
-    text = ("# Ralph Progress Log\n---\n\n## 2026-01-01 - US-001\n- did it\n"
-            "- **Learnings for future iterations:**\n  - the template looks like:\n"
-            "    ```md\n    ## Not a section\n    ```\n---\n")
+    text = (
+        "# Ralph Progress Log\n---\n\n## 2026-01-01 - US-001\n- did it\n"
+        "- **Learnings for future iterations:**\n  - the template looks like:\n"
+        "    ```md\n    ## Not a section\n    ```\n---\n"
+    )
     new, refs = migrate.build_memory(text)
     assert new.count("\n- US-001") == 1 and "Not a section" not in new
     assert any("    ## Not a section\n    ```" in r for r in refs.values())
-    top = ("# Log\n\n## 2026-01-01 - US-001\nNotes:\n```md\n## Pasted heading\n```\n"
-           "## 2026-01-02 - US-002\n- more\n")
+    top = (
+        "# Log\n\n## 2026-01-01 - US-001\nNotes:\n```md\n## Pasted heading\n```\n"
+        "## 2026-01-02 - US-002\n- more\n"
+    )
     new, refs = migrate.build_memory(top)
     assert "- US-001 (2026-01-01)" in new and "- US-002 (2026-01-02)" in new
     assert "Pasted" not in new and any("## Pasted heading" in r for r in refs.values())

@@ -48,17 +48,35 @@ def test_next_story_order(tmp_path: Path) -> None:
 
 def test_fields_and_text(tmp_path: Path) -> None:
     data = {
-        "project": "Demo", "branchName": "ralph/demo", "description": "d",
-        "userStories": [story("US-001", description="Desc", acceptanceCriteria=["AC1", "AC2"],
-                              notes="N", references=["Auth flow", "ralph/references/db.md"],
-                              priority=1, dependsOn=["X"])],
+        "project": "Demo",
+        "branchName": "ralph/demo",
+        "description": "d",
+        "userStories": [
+            story(
+                "US-001",
+                description="Desc",
+                acceptanceCriteria=["AC1", "AC2"],
+                notes="N",
+                references=["Auth flow", "ralph/references/db.md"],
+                priority=1,
+                dependsOn=["X"],
+            )
+        ],
     }
     prd = Prd.load(write(tmp_path, data))
     assert (prd.project, prd.branch_name, prd.description) == ("Demo", "ralph/demo", "d")
     s = prd.get("US-001")
-    assert s == Story(id="US-001", title="title US-001", description="Desc",
-                      acceptance_criteria=["AC1", "AC2"], priority=1, passes=False, notes="N",
-                      references=["Auth flow", "ralph/references/db.md"], position=0)
+    assert s == Story(
+        id="US-001",
+        title="title US-001",
+        description="Desc",
+        acceptance_criteria=["AC1", "AC2"],
+        priority=1,
+        passes=False,
+        notes="N",
+        references=["Auth flow", "ralph/references/db.md"],
+        position=0,
+    )
     assert s.text() == "title US-001\nDesc\nAC1\nAC2\nN"
     with pytest.raises(InputError, match="no story with id 'US-999'. Known ids: US-001"):
         prd.get("US-999")
@@ -92,10 +110,14 @@ STYLES = {
 def test_mark_passed_changes_one_token_in_any_style(
     tmp_path: Path, style: str, newline: str
 ) -> None:
-    data = {"project": "Café ☕", "zExtra": {"keep": [1, 2.50, None]}, "userStories": [
-        story("US-001", priority=1, passes=True),
-        {"passes": False, "title": "Ünïcode", "id": "US-002", "custom": "x", "priority": 2},
-    ]}
+    data = {
+        "project": "Café ☕",
+        "zExtra": {"keep": [1, 2.50, None]},
+        "userStories": [
+            story("US-001", priority=1, passes=True),
+            {"passes": False, "title": "Ünïcode", "id": "US-002", "custom": "x", "priority": 2},
+        ],
+    }
     text = json.dumps(data, **STYLES[style])
     if newline:
         text = text.replace("\n", newline) + newline
@@ -160,45 +182,73 @@ def test_duplicate_key_edit_hits_the_value_json_uses(tmp_path: Path) -> None:
 
 GOOD = '{\n  "userStories": [\n    {"id": "US-001", "title": "t", "passes": false}\n  ]\n}\n'
 BAD = {
-    "syntax": ('{\n  "userStories": [\n    {"id": "US-001" "title": "t"}\n  ]\n}\n',
-               r"prd.json:3:21: invalid JSON: Expecting ',' delimiter"),
-    "trailing comma": ('{"userStories": [{"id": "A", "title": "t"},]}',
-                       r"prd.json:1:44: invalid JSON: .*Fix: remove the trailing comma"),
+    "syntax": (
+        '{\n  "userStories": [\n    {"id": "US-001" "title": "t"}\n  ]\n}\n',
+        r"prd.json:3:21: invalid JSON: Expecting ',' delimiter",
+    ),
+    "trailing comma": (
+        '{"userStories": [{"id": "A", "title": "t"},]}',
+        r"prd.json:1:44: invalid JSON: .*Fix: remove the trailing comma",
+    ),
     "empty file": ("", r"prd.json: is empty"),
-    "latin-1 bytes": ('[{"id": "A",\n "title": "caf\udce9"}]',
-                      r"prd.json:2:15: is not valid UTF-8"),
+    "latin-1 bytes": (
+        '[{"id": "A",\n "title": "caf\udce9"}]',
+        r"prd.json:2:15: is not valid UTF-8",
+    ),
     "top-level string": ('"hello"', r"prd.json:1:1: the top level must be an object"),
     "foreign list key": ('{"tasks": [{"id": 1}]}', r'has no "userStories" list \(found "tasks"'),
     "no stories key": ('{"project": "x"}', r'has no "userStories" list\. Fix: add'),
-    "stories not a list": ('{"userStories": {"id": "A"}}',
-                           r"prd.json:1:17: userStories must be a list of stories, got an object"),
+    "stories not a list": (
+        '{"userStories": {"id": "A"}}',
+        r"prd.json:1:17: userStories must be a list of stories, got an object",
+    ),
     "no stories": ('{"userStories": []}', r"userStories is empty"),
-    "story not object": ('{"userStories": ["US-001"]}',
-                         r"userStories\[0\] must be an object \(a story\), got a string"),
-    "missing id": ('{"userStories": [\n {"title": "t"}]}',
-                   r"prd.json:2:2: userStories\[0\]\.id is missing. Fix: give the story a "
-                   r'unique "id"'),
-    "empty id": ('{"userStories": [{"id": " ", "title": "t"}]}',
-                 r'userStories\[0\]\.id must be a non-empty string, got " "'),
+    "story not object": (
+        '{"userStories": ["US-001"]}',
+        r"userStories\[0\] must be an object \(a story\), got a string",
+    ),
+    "missing id": (
+        '{"userStories": [\n {"title": "t"}]}',
+        r"prd.json:2:2: userStories\[0\]\.id is missing. Fix: give the story a "
+        r'unique "id"',
+    ),
+    "empty id": (
+        '{"userStories": [{"id": " ", "title": "t"}]}',
+        r'userStories\[0\]\.id must be a non-empty string, got " "',
+    ),
     "bool id": ('{"userStories": [{"id": true, "title": "t"}]}', r"\.id must be .* got true"),
     "missing title": ('[{"id": "A"}]', r"prd.json:1:2: \[0\]\.title is missing"),
-    "passes yes": ('{"userStories": [\n  {"id": "A", "title": "t",\n   "passes": "yes"}]}',
-                   r'prd.json:3:14: userStories\[0\]\.passes must be true or false, got "yes"'),
+    "passes yes": (
+        '{"userStories": [\n  {"id": "A", "title": "t",\n   "passes": "yes"}]}',
+        r'prd.json:3:14: userStories\[0\]\.passes must be true or false, got "yes"',
+    ),
     "passes 1": ('[{"id": "A", "title": "t", "passes": 1}]', r"passes must be true or false"),
-    "priority word": ('[{"id": "A", "title": "t", "priority": "high"}]',
-                      r'\[0\]\.priority must be a whole number \(1 runs first\), got "high"'),
+    "priority word": (
+        '[{"id": "A", "title": "t", "priority": "high"}]',
+        r'\[0\]\.priority must be a whole number \(1 runs first\), got "high"',
+    ),
     "priority fraction": ('[{"id": "A", "title": "t", "priority": 1.5}]', r"got 1\.5"),
-    "criteria number": ('[{"id": "A", "title": "t", "acceptanceCriteria": 3}]',
-                        r"\[0\]\.acceptanceCriteria must be a list of strings, got a number"),
-    "criterion object": ('[{"id": "A", "title": "t", "acceptanceCriteria": ["ok", {}]}]',
-                         r"\[0\]\.acceptanceCriteria\[1\] must be a string, got \{\}"),
-    "description list": ('[{"id": "A", "title": "t", "description": ["x"]}]',
-                         r'\[0\]\.description must be a string, got \["x"\]'),
-    "references string list": ('[{"id": "A", "title": "t", "references": [1]}]',
-                               r"\[0\]\.references\[0\] must be a string"),
-    "duplicate ids": ('{"userStories": [{"id": "A", "title": "t"},\n{"id": "A", "title": "u"}]}',
-                      r"prd.json:2:8: userStories\[1\]\.id duplicates the id 'A' of "
-                      r"userStories\[0\]"),
+    "criteria number": (
+        '[{"id": "A", "title": "t", "acceptanceCriteria": 3}]',
+        r"\[0\]\.acceptanceCriteria must be a list of strings, got a number",
+    ),
+    "criterion object": (
+        '[{"id": "A", "title": "t", "acceptanceCriteria": ["ok", {}]}]',
+        r"\[0\]\.acceptanceCriteria\[1\] must be a string, got \{\}",
+    ),
+    "description list": (
+        '[{"id": "A", "title": "t", "description": ["x"]}]',
+        r'\[0\]\.description must be a string, got \["x"\]',
+    ),
+    "references string list": (
+        '[{"id": "A", "title": "t", "references": [1]}]',
+        r"\[0\]\.references\[0\] must be a string",
+    ),
+    "duplicate ids": (
+        '{"userStories": [{"id": "A", "title": "t"},\n{"id": "A", "title": "u"}]}',
+        r"prd.json:2:8: userStories\[1\]\.id duplicates the id 'A' of "
+        r"userStories\[0\]",
+    ),
 }
 
 
@@ -275,15 +325,28 @@ def test_corpus_prd(path: Path, tmp_path: Path) -> None:
 
 def ralph(cwd: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-m", "orchestrator", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_cli_status_reads_prd_and_reports_bad_one(tmp_path: Path) -> None:
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
     path = tmp_path / "prd.json"
-    path.write_text(json.dumps({"project": "P", "userStories": [
-        story("US-002", priority=2), story("US-001", priority=1)]}, indent=2))
+    path.write_text(
+        json.dumps(
+            {
+                "project": "P",
+                "userStories": [story("US-002", priority=2), story("US-001", priority=1)],
+            },
+            indent=2,
+        )
+    )
     out = ralph(tmp_path, "status", "--json")
     assert out.returncode == 0, out.stderr
     st = json.loads(out.stdout)

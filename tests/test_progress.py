@@ -117,8 +117,10 @@ def test_corpus_entries_are_read(corpus: Path) -> None:
     assert multi.story_ids == ["T006", "T007", "T008"]
     beads = entries("JDaws-Dev__CARD-APP")[0]
     assert beads.story_ids == ["CD-sux"]
-    assert beads.files_changed == ["src/components/collection/CardDetailModal.tsx",
-                                   "src/components/collection/CollectionView.tsx"]
+    assert beads.files_changed == [
+        "src/components/collection/CardDetailModal.tsx",
+        "src/components/collection/CollectionView.tsx",
+    ]
     iteration = entries("MichaelVessia__subq")[0]
     assert iteration.heading.startswith("## Iteration 1") and iteration.date == "2026-01-14 22:12"
     oneline = entries("cmbaldwin__oroshi")  # "[date] Story: US-001 - ..." blocks, no "##"
@@ -143,8 +145,10 @@ def test_standard_file_is_read() -> None:
     assert first.heading == "## 2026-01-13 23:48 - US-001"
     assert first.story_ids == ["US-001"] and first.date == "2026-01-13 23:48"
     assert first.files_changed == ["backend/src/Country.java", "backend/src/CountryRepo.java"]
-    assert first.learnings == ["Flyway needs V-prefixed names",
-                               "Run `./gradlew check` before committing"]
+    assert first.learnings == [
+        "Flyway needs V-prefixed names",
+        "Run `./gradlew check` before committing",
+    ]
     assert first.text.startswith("## 2026-01-13") and first.text.endswith("---\n\n")
     assert second.story_ids == ["US-002", "US-003"] and second.files_changed == ["a/b.ts", "c.ts"]
     assert second.learnings == ["One | with a pipe"]
@@ -158,7 +162,7 @@ def test_index_goes_after_header_before_patterns() -> None:
         "## Progress Index\n| Topic | Reference Path |\n|---|---|\n"
         "| DB schema | ralph/references/db-schema.md |\n\n## Codebase Patterns\n"
     )
-    assert text.endswith(STANDARD[STANDARD.index("## Codebase Patterns"):])
+    assert text.endswith(STANDARD[STANDARD.index("## Codebase Patterns") :])
     assert p.has_index and p.index_rows == [IndexRow("DB schema", "ralph/references/db-schema.md")]
     # Parsing the rendered text gives the same model.
     again = Progress.parse(text)
@@ -171,21 +175,28 @@ def test_rows_append_after_the_last_row_and_update_in_place() -> None:
     p = p.append_entry("## 2026-01-01 - US-001\n- x\n---\n")
     p = p.with_index_row("C", "c.md").with_index_row("a", "ralph/references/a2.md")
     assert [(r.topic, r.path) for r in p.index_rows] == [
-        ("A", "ralph/references/a2.md"), ("B", "b.md"), ("C", "c.md")]  # keeps "A"
+        ("A", "ralph/references/a2.md"),
+        ("B", "b.md"),
+        ("C", "c.md"),
+    ]  # keeps "A"
     assert p.render() == (
         "# Ralph Progress Log\nStarted: X\n---\n\n## Progress Index\n"
         "| Topic | Reference Path |\n|---|---|\n| A | ralph/references/a2.md |\n"
         "| B | b.md |\n| C | c.md |\n## 2026-01-01 - US-001\n- x\n---\n"
     )
     assert p.without_index_row("b").without_index_row("nope").index_rows == [
-        IndexRow("A", "ralph/references/a2.md"), IndexRow("C", "c.md")]
+        IndexRow("A", "ralph/references/a2.md"),
+        IndexRow("C", "c.md"),
+    ]
     assert p.without_index_row("topic").render() == p.render()  # the header row is not a row
 
 
 def test_existing_index_in_other_table_shape() -> None:
-    text = ("# Ralph Progress Log\nStarted: X\n---\n## Progress Index\n\n| Topic | Path |\n"
-            "|:---|---:|\n| `Auth` | `ralph/references/auth.md` |\n\nSome note.\n\n"
-            "## Codebase Patterns\n")
+    text = (
+        "# Ralph Progress Log\nStarted: X\n---\n## Progress Index\n\n| Topic | Path |\n"
+        "|:---|---:|\n| `Auth` | `ralph/references/auth.md` |\n\nSome note.\n\n"
+        "## Codebase Patterns\n"
+    )
     p = Progress.parse(text)
     assert p.index_rows == [IndexRow("`Auth`", "ralph/references/auth.md")]
     q = p.with_index_row("New", "ralph/references/new.md")
@@ -235,8 +246,10 @@ def test_empty_topic_is_refused() -> None:
 
 
 def test_headings_in_code_fences_are_not_sections() -> None:
-    text = ("# Log\n---\n## 2026-01-01 - US-001\n```md\n## Progress Index\n| A | a.md |\n```\n"
-            "```` ```json ``` ```` not a fence\n## 2026-01-02 - US-002\n")
+    text = (
+        "# Log\n---\n## 2026-01-01 - US-001\n```md\n## Progress Index\n| A | a.md |\n```\n"
+        "```` ```json ``` ```` not a fence\n## 2026-01-02 - US-002\n"
+    )
     p = Progress.parse(text)
     assert not p.has_index and [e.story_ids for e in p.entries] == [["US-001"], ["US-002"]]
     assert p.render() == text
@@ -248,10 +261,14 @@ def test_unclosed_fence_does_not_swallow_the_log() -> None:
 
 
 def test_new_progress_text_is_ralph_header() -> None:
-    assert new_progress_text("X") == "# Ralph Progress Log\nStarted: X\n---\n" == HEADER.format(
-        date="X")
+    assert (
+        new_progress_text("X")
+        == "# Ralph Progress Log\nStarted: X\n---\n"
+        == HEADER.format(date="X")
+    )
     assert new_progress_text("X", with_index=True).endswith(
-        "---\n\n## Progress Index\n| Topic | Reference Path |\n|---|---|\n")
+        "---\n\n## Progress Index\n| Topic | Reference Path |\n|---|---|\n"
+    )
     assert Progress.parse(new_progress_text("X", with_index=True)).has_index
     assert new_progress_text().startswith("# Ralph Progress Log\nStarted: ")
 
@@ -295,14 +312,18 @@ def test_save_through_fsutil_is_byte_exact(tmp_path: Path) -> None:
     [
         ("**Files:** a.ts, b/c.tsx\n\n- other.ts is not a file entry\n", ["a.ts", "b/c.tsx"]),
         ("### Files Changed\n\n- x/a.ts\n- b.ts (new)\n\n### Next\n- c.ts\n", ["x/a.ts", "b.ts"]),
-        ("- Files changed:\n  - package.json: add `tailwindcss@4.2.4`\n  - `src/x.ts` - y\n",
-         ["package.json", "src/x.ts"]),
+        (
+            "- Files changed:\n  - package.json: add `tailwindcss@4.2.4`\n  - `src/x.ts` - y\n",
+            ["package.json", "src/x.ts"],
+        ),
         ("- Files changed: `a/b.ts`, `c.md`\n", ["a/b.ts", "c.md"]),
         ("- Files modified:\n  1. Modified src/foo.ts to add x\n", ["src/foo.ts"]),
         ("- Files changed: none (just PRD update)\n", []),
         ("- Files changed: API service, scheduled/manual jobs\n", []),
-        ("Files:\n  - app/x.rb\n  - config/y.yml\nTests: PASSING\n- z.rb\n",
-         ["app/x.rb", "config/y.yml"]),
+        (
+            "Files:\n  - app/x.rb\n  - config/y.yml\nTests: PASSING\n- z.rb\n",
+            ["app/x.rb", "config/y.yml"],
+        ),
         ("- File structure:\n  - src/not-this.ts\n", []),
         ("- Files changed:\n  - `backend/alembic/`\n", ["backend/alembic/"]),
     ],
@@ -315,15 +336,19 @@ def test_files_changed_extraction(block: str, files: list[str]) -> None:
 @pytest.mark.parametrize(
     ("block", "learnings"),
     [
-        ("- **Learnings for future iterations:**\n  - A\n  - B\n    wrapped\n---\n",
-         ["A", "B\nwrapped"]),
+        (
+            "- **Learnings for future iterations:**\n  - A\n  - B\n    wrapped\n---\n",
+            ["A", "B\nwrapped"],
+        ),
         ("Learnings:\n- A\n- B\n\n[next]\n", ["A", "B"]),
         ("### Learnings for Future Iterations\n\n- A\n\n- B\n\n## not reached\n", ["A", "B"]),
         ("**Notes for next developer:**\n- Use X\n", ["Use X"]),
         ("- **Learning:** The classifier was fine\n", ["The classifier was fine"]),
         ("- Learnings are great but this is prose\n", []),
-        ("- **Learnings:**\n  - `cmd --flag` works | with pipes\n- Files changed: a.ts\n",
-         ["`cmd --flag` works | with pipes"]),
+        (
+            "- **Learnings:**\n  - `cmd --flag` works | with pipes\n- Files changed: a.ts\n",
+            ["`cmd --flag` works | with pipes"],
+        ),
     ],
 )
 def test_learnings_extraction(block: str, learnings: list[str]) -> None:
@@ -342,12 +367,35 @@ def test_random_text_never_breaks_the_model() -> None:
     """Arbitrary mixes of the constructs real logs contain: always lossless, never raises."""
     import random
 
-    pieces = ["## 2026-01-01 - US-001\n", "## Progress Index\n", "| a | b.md |\n", "|---|---|\n",
-              "## Codebase Patterns\n", "```\n", "````\n", "~~~md\n", "- Files changed:\n",
-              "  - `x/y.ts`\n", "**Learnings:**\n", "- item\n", "---\n", "\n", "\r\n", "text",
-              "[2026-01-02 10:00] Story: US-002 - t\n", "- US-003: done\n", "| \\| |\n",
-              "# Ralph Progress Log\n", "\udcff", "é", "\t", "##\n", "### Sub\n",
-              "Started: x\n", "| Topic | Path |\n"]
+    pieces = [
+        "## 2026-01-01 - US-001\n",
+        "## Progress Index\n",
+        "| a | b.md |\n",
+        "|---|---|\n",
+        "## Codebase Patterns\n",
+        "```\n",
+        "````\n",
+        "~~~md\n",
+        "- Files changed:\n",
+        "  - `x/y.ts`\n",
+        "**Learnings:**\n",
+        "- item\n",
+        "---\n",
+        "\n",
+        "\r\n",
+        "text",
+        "[2026-01-02 10:00] Story: US-002 - t\n",
+        "- US-003: done\n",
+        "| \\| |\n",
+        "# Ralph Progress Log\n",
+        "\udcff",
+        "é",
+        "\t",
+        "##\n",
+        "### Sub\n",
+        "Started: x\n",
+        "| Topic | Path |\n",
+    ]
     rng = random.Random(1234)
     for _ in range(1500):
         text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 30)))
@@ -368,13 +416,18 @@ def test_random_text_never_breaks_the_model() -> None:
 
 
 def test_index_section_is_just_the_table() -> None:
-    text = ("# Log\n---\n## Progress Index\nRead only what you need.\n| Topic | Reference Path |\n"
-            "|---|---|\n| A | a.md |\n\nProject: X\n| not | index |\n## 2026-01-01 - US-001\n")
+    text = (
+        "# Log\n---\n## Progress Index\nRead only what you need.\n| Topic | Reference Path |\n"
+        "|---|---|\n| A | a.md |\n\nProject: X\n| not | index |\n## 2026-01-01 - US-001\n"
+    )
     p = Progress.parse(text)
-    assert p.index_text == ("## Progress Index\nRead only what you need.\n"
-                            "| Topic | Reference Path |\n|---|---|\n| A | a.md |\n\n")
+    assert p.index_text == (
+        "## Progress Index\nRead only what you need.\n"
+        "| Topic | Reference Path |\n|---|---|\n| A | a.md |\n\n"
+    )
     assert p.index_rows == [IndexRow("A", "a.md")]
     q = p.with_index_row("B", "b.md")
     assert q.render() == text.replace("| A | a.md |\n", "| A | a.md |\n| B | b.md |\n")
     assert Progress.parse("## Progress Index\nnote\n").with_index_row("A", "a.md").render() == (
-        "## Progress Index\n| Topic | Reference Path |\n|---|---|\n| A | a.md |\nnote\n")
+        "## Progress Index\n| Topic | Reference Path |\n|---|---|\n| A | a.md |\nnote\n"
+    )

@@ -36,7 +36,7 @@ def test_git_root_from_subfolder(tmp_path: Path) -> None:
     sub.mkdir(parents=True)
     p = locate(sub)
     assert p.in_git and p.root == root
-    assert p.ralph_dir == sub.resolve()     # no scripts/ralph, no config: cwd (like ralph.sh)
+    assert p.ralph_dir == sub.resolve()  # no scripts/ralph, no config: cwd (like ralph.sh)
     assert p.logs_dir == root / "ralph" / "logs"
 
 
@@ -44,7 +44,7 @@ def test_scripts_ralph_is_found_when_it_has_prd(tmp_path: Path) -> None:
     root = git_init(tmp_path / "repo")
     legacy = root / "scripts" / "ralph"
     legacy.mkdir(parents=True)
-    assert locate(root).ralph_dir == root      # no prd.json there yet
+    assert locate(root).ralph_dir == root  # no prd.json there yet
     (legacy / "prd.json").write_text("{}")
     (legacy / "CLAUDE.md").write_text("# instructions\n")
     p = locate(root / "scripts")

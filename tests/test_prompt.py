@@ -18,15 +18,32 @@ PRD = {
     "project": "Notes",
     "branchName": "ralph/notes",
     "userStories": [
-        {"id": "US-001", "title": "Add a note", "priority": 1, "passes": True,
-         "description": "Store a note", "acceptanceCriteria": ["notes.json written"]},
-        {"id": "US-002", "title": "Log out of the web app", "priority": 2, "passes": False,
-         "description": "As a user I can log out so my session ends.",
-         "acceptanceCriteria": ["Logout clears the session cookie", "Tests pass"],
-         "notes": "See the auth middleware"},
-        {"id": "US-003", "title": "Release 1.0", "priority": 3, "passes": False,
-         "description": "Tag a release", "acceptanceCriteria": ["Version bumped"],
-         "references": ["release"]},
+        {
+            "id": "US-001",
+            "title": "Add a note",
+            "priority": 1,
+            "passes": True,
+            "description": "Store a note",
+            "acceptanceCriteria": ["notes.json written"],
+        },
+        {
+            "id": "US-002",
+            "title": "Log out of the web app",
+            "priority": 2,
+            "passes": False,
+            "description": "As a user I can log out so my session ends.",
+            "acceptanceCriteria": ["Logout clears the session cookie", "Tests pass"],
+            "notes": "See the auth middleware",
+        },
+        {
+            "id": "US-003",
+            "title": "Release 1.0",
+            "priority": 3,
+            "passes": False,
+            "description": "Tag a release",
+            "acceptanceCriteria": ["Version bumped"],
+            "references": ["release"],
+        },
     ],
 }
 LOG_ENTRY = (
@@ -177,8 +194,7 @@ def test_budget_trims_references_and_never_exceeds(tmp_path: Path) -> None:
     assert any("over references.max_tokens" in r["reason"] for r in capped.considered)
 
 
-def test_over_budget_fails_with_how_much_and_the_fix(tmp_path: Path, capsys, monkeypatch
-                                                     ) -> None:
+def test_over_budget_fails_with_how_much_and_the_fix(tmp_path: Path, capsys, monkeypatch) -> None:
     root = make_project(tmp_path)
     with pytest.raises(prompt.PromptOverBudget) as err:
         assemble(root, budget=200)
@@ -217,34 +233,47 @@ def test_cli_prints_exactly_the_prompt_and_json_accounting(tmp_path: Path) -> No
     run = [sys.executable, "-m", "orchestrator", "prompt"]
     text = subprocess.run(run, cwd=root, capture_output=True, check=True).stdout
     assert text.decode() == expected
-    res = subprocess.run(run + ["--json", "--story", "US-003", "--mode", "indexed"], cwd=root,
-                         capture_output=True, text=True, check=True)
+    res = subprocess.run(
+        run + ["--json", "--story", "US-003", "--mode", "indexed"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     data = json.loads(res.stdout)
     assert data["mode"] == "indexed" and data["story_id"] == "US-003"
     assert data["full_history_tokens"] > 0 and data["parts"]["index"] > 0
     assert {r["path"] for r in data["considered"]} == {
-        "ralph/references/auth-flow.md", "ralph/references/release.md"}
+        "ralph/references/auth-flow.md",
+        "ralph/references/release.md",
+    }
     assert all({"score", "tokens", "reason", "taken"} <= set(r) for r in data["considered"])
     bad = subprocess.run(run + ["--story", "US-404"], cwd=root, capture_output=True, text=True)
     assert bad.returncode == 2 and "US-404" in bad.stderr
 
 
 def test_indexed_prompt_prefers_the_latest_stories_learnings_for_a_bare_story(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     """A story whose text shares no word with the learnings: the log's order (US-001 then
     US-004) says which learnings are the most recent, and those are the ones inlined."""
     log = LOG_ENTRY + "## 2026-01-03 10:00 - US-004\n- Reworked the importer\n---\n"
     root = make_project(tmp_path, log=log)
     (root / "ralph" / "references" / "misc.md").write_text(
-        "# Misc\n\n" + "".join(f"- [US-{i:03d}] zzq note {i}\n" for i in (4, 1, 5, 6, 7, 8)))
+        "# Misc\n\n" + "".join(f"- [US-{i:03d}] zzq note {i}\n" for i in (4, 1, 5, 6, 7, 8))
+    )
     prd = root / "scripts" / "ralph" / "prd.json"
     data = json.loads(prd.read_text())
-    data["userStories"].append({"id": "US-009", "title": "Polish the onboarding wizard",
-                                "priority": 9, "passes": False})
+    data["userStories"].append(
+        {"id": "US-009", "title": "Polish the onboarding wizard", "priority": 9, "passes": False}
+    )
     prd.write_text(json.dumps(data))
     progress = root / "scripts" / "ralph" / "progress.txt"
-    progress.write_text(progress.read_text().replace(
-        "| Release |", "| Misc | ralph/references/misc.md |\n| Release |"))
+    progress.write_text(
+        progress.read_text().replace(
+            "| Release |", "| Misc | ralph/references/misc.md |\n| Release |"
+        )
+    )
     out = assemble(root, "US-009")
     assert "zzq note 4" in out.text  # US-004 is the latest story the log names
     assert "zzq note 5" not in out.text  # stories the log never names get no recency
@@ -252,15 +281,20 @@ def test_indexed_prompt_prefers_the_latest_stories_learnings_for_a_bare_story(
 
 
 def test_an_earlier_story_with_the_same_id_is_not_ranked_by_this_storys_text(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     """Ids are reused across PRDs: learnings tagged with this story's id came from another
     story (or a failed try of this one, which recency finds). Giving them this story's
     prd.json text would make them match perfectly whatever they say."""
     root = make_project(tmp_path)
     (root / "ralph" / "references" / "widgets.md").write_text(
-        "# Widgets\n\n- [US-002] qqz widget detail\n- [US-001] other widget detail\n")
+        "# Widgets\n\n- [US-002] qqz widget detail\n- [US-001] other widget detail\n"
+    )
     progress = root / "scripts" / "ralph" / "progress.txt"
-    progress.write_text(progress.read_text().replace(
-        "| Release |", "| Widgets | ralph/references/widgets.md |\n| Release |"))
+    progress.write_text(
+        progress.read_text().replace(
+            "| Release |", "| Widgets | ralph/references/widgets.md |\n| Release |"
+        )
+    )
     out = assemble(root)
     assert "logout must clear it" in out.text and "qqz" not in out.text

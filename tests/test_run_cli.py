@@ -34,14 +34,17 @@ def test_one_story_run_without_a_tty(tmp_path: Path) -> None:
     assert "total" in out.stdout and "1 pass" in out.stdout
 
 
-@pytest.mark.parametrize(("words", "tool", "max_iter", "ignored"), [
-    ([], None, None, []),
-    (["--tool", "claude", "20"], "claude", 20, []),
-    (["--tool=amp", "5"], "amp", 5, []),
-    (["5", "--tool", "sim", "7"], "sim", 7, []),       # the last number wins
-    (["3", "please", "--tool=codex"], "codex", 3, ["please"]),
-    (["12", "--mode", "full"], None, 12, []),
-])
+@pytest.mark.parametrize(
+    ("words", "tool", "max_iter", "ignored"),
+    [
+        ([], None, None, []),
+        (["--tool", "claude", "20"], "claude", 20, []),
+        (["--tool=amp", "5"], "amp", 5, []),
+        (["5", "--tool", "sim", "7"], "sim", 7, []),  # the last number wins
+        (["3", "please", "--tool=codex"], "codex", 3, ["please"]),
+        (["12", "--mode", "full"], None, 12, []),
+    ],
+)
 def test_ralph_sh_argument_forms(words, tool, max_iter, ignored) -> None:
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers()
@@ -101,9 +104,11 @@ def test_archive_on_branch_change_then_run(tmp_path: Path) -> None:
     root = make_project(tmp_path / "p", 1, branch="ralph/second-feature")
     rd = root / "scripts/ralph"
     (rd / ".last-branch").write_text("ralph/first-feature\n")
-    old_progress = ("# Ralph Progress Log\nStarted: then\n---\n\n## Progress Index\n"
-                    "| Topic | Reference Path |\n|---|---|\n| Auth | ralph/references/auth.md |\n"
-                    "\n## 2026-01-01 - US-009\n- old work\n---\n")
+    old_progress = (
+        "# Ralph Progress Log\nStarted: then\n---\n\n## Progress Index\n"
+        "| Topic | Reference Path |\n|---|---|\n| Auth | ralph/references/auth.md |\n"
+        "\n## 2026-01-01 - US-009\n- old work\n---\n"
+    )
     (rd / "progress.txt").write_text(old_progress)
     refs = root / "ralph/references"
     refs.mkdir(parents=True)
@@ -119,5 +124,5 @@ def test_archive_on_branch_change_then_run(tmp_path: Path) -> None:
     assert (folder / "references/auth.md").is_file()
     new = (rd / "progress.txt").read_text()
     assert new.startswith("# Ralph Progress Log\nStarted: ") and "US-009" not in new
-    assert "| Auth | ralph/references/auth.md |" in new     # the index is kept
+    assert "| Auth | ralph/references/auth.md |" in new  # the index is kept
     assert (rd / ".last-branch").read_text() == "ralph/second-feature\n"

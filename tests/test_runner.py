@@ -51,9 +51,15 @@ def fake(tmp_path, monkeypatch):
 
 def test_lines_exit_code_and_no_carriage_returns(tmp_path):
     lines: list[str] = []
-    out = runner.run([PY, "-c", "import sys; print('one'); print('two'); "
-                      "sys.stdout.write('partial'); sys.exit(3)"],
-                     cwd=tmp_path, on_line=lines.append)
+    out = runner.run(
+        [
+            PY,
+            "-c",
+            "import sys; print('one'); print('two'); sys.stdout.write('partial'); sys.exit(3)",
+        ],
+        cwd=tmp_path,
+        on_line=lines.append,
+    )
     assert out.exit_code == 3 and out.timed_out is None and not out.interrupted
     assert lines == ["one", "two", "partial"]
     assert out.output == "one\ntwo\npartial" and "\r" not in out.output
@@ -61,8 +67,11 @@ def test_lines_exit_code_and_no_carriage_returns(tmp_path):
 
 
 def test_runs_in_cwd_with_env_overlay(tmp_path):
-    out = runner.run([PY, "-c", "import os; print(os.getcwd()); print(os.environ['RX'], "
-                      "'PATH' in os.environ)"], cwd=tmp_path, env={"RX": "yes"})
+    out = runner.run(
+        [PY, "-c", "import os; print(os.getcwd()); print(os.environ['RX'], 'PATH' in os.environ)"],
+        cwd=tmp_path,
+        env={"RX": "yes"},
+    )
     assert out.output.splitlines() == [str(tmp_path), "yes True"]
 
 
@@ -71,21 +80,26 @@ def test_stdin_is_the_whole_file_then_eof(tmp_path):
     assert len(data) > 300_000
     prompt = tmp_path / "prompt.md"
     prompt.write_bytes(data)
-    code = ("import sys, hashlib; d = sys.stdin.buffer.read(); "
-            "print(len(d), hashlib.sha256(d).hexdigest(), sys.stdin.isatty())")
+    code = (
+        "import sys, hashlib; d = sys.stdin.buffer.read(); "
+        "print(len(d), hashlib.sha256(d).hexdigest(), sys.stdin.isatty())"
+    )
     out = runner.run([PY, "-c", code], cwd=tmp_path, stdin_file=prompt, wall_timeout=30)
     assert out.output == f"{len(data)} {hashlib.sha256(data).hexdigest()} False"
 
 
 def test_no_stdin_file_means_dev_null(tmp_path):
-    out = runner.run([PY, "-c", "import sys; print(repr(sys.stdin.read()))"], cwd=tmp_path,
-                     wall_timeout=10)
+    out = runner.run(
+        [PY, "-c", "import sys; print(repr(sys.stdin.read()))"], cwd=tmp_path, wall_timeout=10
+    )
     assert out.output == "''"
 
 
 def test_stdout_is_a_wide_terminal(tmp_path):
-    code = ("import os, sys, json; print(sys.stdout.isatty(), os.get_terminal_size().columns); "
-            "print(json.dumps({'k': 'v' * 3000}))")
+    code = (
+        "import os, sys, json; print(sys.stdout.isatty(), os.get_terminal_size().columns); "
+        "print(json.dumps({'k': 'v' * 3000}))"
+    )
     out = runner.run([PY, "-c", code], cwd=tmp_path)
     first, second = out.output.splitlines()
     assert first == f"True {runner.PTY_COLUMNS}"
@@ -99,8 +113,10 @@ def test_multibyte_text_survives_chunking(tmp_path):
 
 def test_transcript_is_full_and_redacted(tmp_path, monkeypatch):
     monkeypatch.setenv("MY_SERVICE_TOKEN", "tok-very-secret-value-123")
-    code = ("print('key sk-ant-api03-AAAAAAAAAAAAAAAAAAAAAAAA'); "
-            "print('env tok-very-secret-value-123'); print('plain')")
+    code = (
+        "print('key sk-ant-api03-AAAAAAAAAAAAAAAAAAAAAAAA'); "
+        "print('env tok-very-secret-value-123'); print('plain')"
+    )
     transcript = tmp_path / "logs" / "iter-1.log"
     out = runner.run([PY, "-c", code], cwd=tmp_path, transcript_path=transcript)
     assert "tok-very-secret-value-123" in out.output  # parsers see the real output
@@ -142,8 +158,9 @@ def test_wall_timeout_ends_the_group_including_grandchild(fake, tmp_path, monkey
 def test_idle_timeout(fake, tmp_path, monkeypatch):
     exe, prompt = fake
     monkeypatch.setenv("FAKE_SILENT_SLEEP", "60")
-    out = runner.run([str(exe)], cwd=tmp_path, stdin_file=prompt, idle_timeout=1.5,
-                     wall_timeout=30, grace=1)
+    out = runner.run(
+        [str(exe)], cwd=tmp_path, stdin_file=prompt, idle_timeout=1.5, wall_timeout=30, grace=1
+    )
     assert out.timed_out == "idle" and out.duration_s < 6
 
 
@@ -201,8 +218,10 @@ def test_on_line_errors_do_not_stop_the_run(tmp_path):
 
 
 def test_terminal_control_sequences_are_removed(tmp_path):
-    code = (r"print('\x1b[32mgreen\x1b[0m plain'); "
-            r"print('\x1b[?25h\x1b7\x1b[r\x1b8\x1b]0;title\x07\x1b(B'); print('tab\there')")
+    code = (
+        r"print('\x1b[32mgreen\x1b[0m plain'); "
+        r"print('\x1b[?25h\x1b7\x1b[r\x1b8\x1b]0;title\x07\x1b(B'); print('tab\there')"
+    )
     transcript = tmp_path / "t.log"
     out = runner.run([PY, "-c", code], cwd=tmp_path, transcript_path=transcript)
     assert out.output == "green plain\n\ntab\there"
@@ -235,9 +254,11 @@ def test_huge_single_line_arrives_whole_and_fast(tmp_path):
 
 
 def test_last_words_after_sigterm_are_kept(tmp_path):
-    code = ("import signal, sys, time\n"
-            "def bye(*a):\n    print('cleaning up', flush=True); sys.exit(0)\n"
-            "signal.signal(signal.SIGTERM, bye)\nprint('started', flush=True)\ntime.sleep(60)\n")
+    code = (
+        "import signal, sys, time\n"
+        "def bye(*a):\n    print('cleaning up', flush=True); sys.exit(0)\n"
+        "signal.signal(signal.SIGTERM, bye)\nprint('started', flush=True)\ntime.sleep(60)\n"
+    )
     out = runner.run([PY, "-c", code], cwd=tmp_path, wall_timeout=1.5, grace=3)
     assert out.timed_out == "wall" and out.exit_code == 0
     assert out.output.splitlines() == ["started", "cleaning up"]
@@ -258,8 +279,17 @@ def test_run_agent_redacts_error_texts(tmp_path, monkeypatch):
 
     secret = "sk-ant-api03-" + "Z" * 30
     replay = tmp_path / "replay.jsonl"
-    replay.write_text(json.dumps({"type": "result", "subtype": "success", "is_error": True,
-                                  "result": f"Invalid API key {secret} · run /login"}) + "\n")
+    replay.write_text(
+        json.dumps(
+            {
+                "type": "result",
+                "subtype": "success",
+                "is_error": True,
+                "result": f"Invalid API key {secret} · run /login",
+            }
+        )
+        + "\n"
+    )
     bin_dir = tmp_path / "bin"
     install(bin_dir, "claude")
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
@@ -268,8 +298,9 @@ def test_run_agent_redacts_error_texts(tmp_path, monkeypatch):
     prompt = tmp_path / "p.md"
     prompt.write_text("hi")
     shown: list[str] = []
-    outcome, result = runner.run_agent(get_agent("claude"), prompt, cwd=tmp_path,
-                                       on_line=shown.append, wall_timeout=30)
+    outcome, result = runner.run_agent(
+        get_agent("claude"), prompt, cwd=tmp_path, on_line=shown.append, wall_timeout=30
+    )
     assert outcome.exit_code == 1 and result.is_error
     assert secret in outcome.output  # what the adapters parse is untouched
     assert result.error == "Invalid API key [REDACTED] · run /login"

@@ -23,8 +23,9 @@ NO_PRD = "Jensderond__ultra-gitlab"  # 42 entries, no prd.json
 
 
 def git(root: Path, *argv: str) -> str:
-    return subprocess.run(["git", *argv], cwd=root, check=True, capture_output=True,
-                          text=True).stdout
+    return subprocess.run(
+        ["git", *argv], cwd=root, check=True, capture_output=True, text=True
+    ).stdout
 
 
 def make_project(dest: Path, history: Path | None, *, progress: str | None = None) -> Path:
@@ -38,9 +39,12 @@ def make_project(dest: Path, history: Path | None, *, progress: str | None = Non
     if progress is not None:
         (rdir / "progress.txt").write_text(progress, encoding="utf-8")
     if not (rdir / "prd.json").exists():  # locate() finds scripts/ralph by its prd.json
-        (rdir / "prd.json").write_text(json.dumps({"userStories": [
-            {"id": "US-001", "title": "Start", "passes": True, "priority": 1}]}),
-            encoding="utf-8")
+        (rdir / "prd.json").write_text(
+            json.dumps(
+                {"userStories": [{"id": "US-001", "title": "Start", "passes": True, "priority": 1}]}
+            ),
+            encoding="utf-8",
+        )
     git(dest, "init", "-q")
     git(dest, "add", "-A")
     git(dest, "-c", "user.email=t@example.com", "-c", "user.name=t", "commit", "-qm", "init")
@@ -59,8 +63,14 @@ def digests(root: Path) -> dict[str, str]:
 
 def run_cli(root: Path, *argv: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-m", "orchestrator", "savings", *argv], cwd=root,
-                          env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator", "savings", *argv],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -101,8 +111,7 @@ def test_full_is_the_log_as_it_stood(long_project: tuple[Path, savings.Savings])
     assert s.rows[-1].full_tokens > 5 * s.rows[0].full_tokens
 
 
-def test_indexed_saves_late_on_a_long_history(long_project: tuple[Path, savings.Savings]
-                                              ) -> None:
+def test_indexed_saves_late_on_a_long_history(long_project: tuple[Path, savings.Savings]) -> None:
     _, s = long_project
     late = [r for r in s.rows if r.k > 0.75 * s.entries]
     assert late and all(r.indexed_tokens < r.full_tokens for r in late)
@@ -111,13 +120,15 @@ def test_indexed_saves_late_on_a_long_history(long_project: tuple[Path, savings.
     t = s.totals()
     assert t["full_tokens"] == sum(r.full_tokens for r in s.rows)
     assert t["indexed_tokens"] == sum(r.indexed_tokens for r in s.rows)
-    assert t["saved_pct"] == round(100 * (t["full_tokens"] - t["indexed_tokens"])
-                                   / t["full_tokens"], 1)
+    assert t["saved_pct"] == round(
+        100 * (t["full_tokens"] - t["indexed_tokens"]) / t["full_tokens"], 1
+    )
     assert t["saved_pct"] > 50
 
 
-def test_cli_table_json_and_chart(long_project: tuple[Path, savings.Savings],
-                                  tmp_path: Path) -> None:
+def test_cli_table_json_and_chart(
+    long_project: tuple[Path, savings.Savings], tmp_path: Path
+) -> None:
     dest, s = long_project
     before = digests(dest)
     out = run_cli(dest, "--out", str(tmp_path / "o"))
@@ -145,8 +156,9 @@ def test_cli_json_last_and_default_out(long_project: tuple[Path, savings.Savings
     assert (logs / "savings-tokens.png").read_bytes()[:8] == PNG
     assert json.loads((logs / "savings.json").read_text())["rows"] == data["rows"]
     # only the log folder is new
-    assert {ln[3:].split("/")[0] for ln in git(dest, "status", "--porcelain").splitlines()} \
-        == {"ralph"}
+    assert {ln[3:].split("/")[0] for ln in git(dest, "status", "--porcelain").splitlines()} == {
+        "ralph"
+    }
 
 
 def test_migrated_project_replays_the_archive(corpus: Path, tmp_path: Path) -> None:
@@ -157,9 +169,14 @@ def test_migrated_project_replays_the_archive(corpus: Path, tmp_path: Path) -> N
     prd_path.write_text(json.dumps(prd, indent=2))
     plain = savings.measure(prj.locate(dest), last=3)
     # cwd matters: the references folder is relative to the project root found from cwd
-    migrated = subprocess.run([sys.executable, "-m", "orchestrator", "migrate"], cwd=dest,
-                              env={**os.environ, "PYTHONPATH": str(REPO)},
-                              capture_output=True, text=True, timeout=300)
+    migrated = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "migrate"],
+        cwd=dest,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert migrated.returncode == 0, migrated.stderr
     assert (dest / "ralph/references/codebase-patterns.md").is_file()
     before = digests(dest)
@@ -189,8 +206,11 @@ def test_history_without_prd_uses_headings(corpus: Path, tmp_path: Path) -> None
 
 
 def test_newest_first_log_is_replayed_oldest_first(tmp_path: Path) -> None:
-    blocks = [f"## 2026-01-0{d} - US-00{d}\n- did thing {d}\n- **Learnings for future "
-              f"iterations:**\n  - lesson {d} about src/mod{d}.py\n---\n" for d in (3, 2, 1)]
+    blocks = [
+        f"## 2026-01-0{d} - US-00{d}\n- did thing {d}\n- **Learnings for future "
+        f"iterations:**\n  - lesson {d} about src/mod{d}.py\n---\n"
+        for d in (3, 2, 1)
+    ]
     text = "# Ralph Progress Log\nStarted: x\n---\n\n" + "\n".join(blocks)
     dest = make_project(tmp_path, None, progress=text)
     s = savings.measure(prj.locate(dest))
@@ -209,8 +229,7 @@ def test_budget_overrun_is_flagged_not_fatal(corpus: Path, tmp_path: Path) -> No
 @pytest.mark.parametrize("entries", [0, 1])
 def test_too_short_history_says_so(tmp_path: Path, entries: int) -> None:
     text = "# Ralph Progress Log\nStarted: x\n---\n"
-    text += "".join(f"\n## 2026-01-0{i + 1} - US-00{i + 1}\n- done\n---\n"
-                    for i in range(entries))
+    text += "".join(f"\n## 2026-01-0{i + 1} - US-00{i + 1}\n- done\n---\n" for i in range(entries))
     dest = make_project(tmp_path, None, progress=text)
     before = digests(dest)
     out = run_cli(dest)
@@ -233,7 +252,9 @@ def entries_log(n: int, *, index: str = "") -> str:
     return head + "".join(
         f"\n## 2026-01-0{i} - US-00{i}\n- built part {i} in src/part{i}.py\n"
         f"- **Learnings for future iterations:**\n  - part {i} needs the helper in "
-        f"src/util.py called with strict=True\n---\n" for i in range(1, n + 1))
+        f"src/util.py called with strict=True\n---\n"
+        for i in range(1, n + 1)
+    )
 
 
 def test_broken_prd_falls_back_to_headings_and_json_stays_clean(tmp_path: Path) -> None:
@@ -263,13 +284,22 @@ def test_empty_index_from_init_is_still_replayed(tmp_path: Path) -> None:
 
 
 def test_indexed_project_without_archive_measures_the_next_story(tmp_path: Path) -> None:
-    index = ("\n## Progress Index\n| Topic | Reference Path |\n|---|---|\n"
-             "| Parts | ralph/references/parts.md |\n")
+    index = (
+        "\n## Progress Index\n| Topic | Reference Path |\n|---|---|\n"
+        "| Parts | ralph/references/parts.md |\n"
+    )
     dest = make_project(tmp_path, None, progress=entries_log(3, index=index))
     (dest / "ralph/references").mkdir(parents=True)
     (dest / "ralph/references/parts.md").write_text("# Parts\n- call util with strict=True\n")
-    (dest / "scripts/ralph/prd.json").write_text(json.dumps({"userStories": [
-        {"id": "US-004", "title": "Part four", "passes": False, "priority": 1}]}))
+    (dest / "scripts/ralph/prd.json").write_text(
+        json.dumps(
+            {
+                "userStories": [
+                    {"id": "US-004", "title": "Part four", "passes": False, "priority": 1}
+                ]
+            }
+        )
+    )
     before = digests(dest)
     s = savings.measure(prj.locate(dest))
     assert s.rows == [] and "only the next story" in s.notes[0]
@@ -286,12 +316,20 @@ def test_example_full_mode_run_matches_the_ledger(tmp_path: Path) -> None:
     dest = tmp_path / "rb"
     examples.copy_example("recipe-box", dest)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    ran = subprocess.run([sys.executable, "-m", "orchestrator", "run", "--tool", "sim",
-                          "--mode", "full", "3"], cwd=dest, env=env, capture_output=True,
-                         text=True, timeout=300)
+    ran = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "run", "--tool", "sim", "--mode", "full", "3"],
+        cwd=dest,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert ran.returncode in (0, 1), ran.stderr  # 1: iterations used up, stories remain
-    ledger = [json.loads(ln) for ln in (dest / "ralph/logs/ledger.jsonl").read_text()
-              .splitlines() if ln.strip()]
+    ledger = [
+        json.loads(ln)
+        for ln in (dest / "ralph/logs/ledger.jsonl").read_text().splitlines()
+        if ln.strip()
+    ]
     sent = {r["story_id"]: r["prompt_tokens"] for r in ledger if r.get("event") == "iteration"}
     before = digests(dest)
     out = run_cli(dest, "--json")
@@ -310,4 +348,5 @@ def test_ralphs_prompt_file_counts_whole_with_the_log(tmp_path: Path) -> None:
     (dest / "scripts/ralph/prompt.md").write_text(prompt_md)
     s = savings.measure(prj.locate(dest))
     assert [r.full_tokens for r in s.rows] == [
-        tokens.count(prompt_md) + r.log_tokens for r in s.rows]
+        tokens.count(prompt_md) + r.log_tokens for r in s.rows
+    ]

@@ -28,7 +28,8 @@ DB = sel.Source(
     "- [US-006] SQLite has no enum type: use a CHECK constraint\n",
 )
 RELEASE = sel.Source(
-    "Release", "ralph/references/release.md",
+    "Release",
+    "ralph/references/release.md",
     "# Release\n- Bump the version in package.json and tag it\n- Changelog comes from commits\n",
 )
 SOURCES = [AUTH, DB, RELEASE]
@@ -76,8 +77,13 @@ def test_cutoff_drops_weak_matches_even_with_room() -> None:
 
 
 def test_story_hint_and_always_come_first_even_without_a_match() -> None:
-    s = sel.select("Add a logout button", SOURCES, budget=None,
-                   story_hints=["release"], always=["ralph/references/db-schema.md"])
+    s = sel.select(
+        "Add a logout button",
+        SOURCES,
+        budget=None,
+        story_hints=["release"],
+        always=["ralph/references/db-schema.md"],
+    )
     rows = {r["path"]: r for r in s.considered}
     assert rows[RELEASE.path]["reason"] == "hint: story"
     assert rows[DB.path]["reason"] == "always"
@@ -98,7 +104,8 @@ def test_budget_is_never_exceeded_and_drops_are_explained() -> None:
 
 def test_reference_cap_trims_one_reference() -> None:
     long_ref = sel.Source(
-        "Auth flow", "ralph/references/auth.md",
+        "Auth flow",
+        "ralph/references/auth.md",
         "".join(f"- session auth note {i}: {'detail ' * 30}\n" for i in range(10)),
     )
     s = sel.select("session auth", [long_ref], budget=None, ref_cap=200, cutoff=0.0)
@@ -122,8 +129,9 @@ def test_deterministic_across_processes_with_different_hash_seeds() -> None:
     outs = set()
     for seed in ("1", "2", "3"):
         env = {**os.environ, "PYTHONHASHSEED": seed}
-        res = subprocess.run([sys.executable, "-c", code], env=env,
-                             capture_output=True, text=True, check=True)
+        res = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+        )
         outs.add(res.stdout)
     assert len(outs) == 1 and "Logout" in outs.pop()
 
@@ -138,12 +146,18 @@ def test_render_shows_partial_references_and_headings() -> None:
 
 
 def test_learnings_of_one_story_rank_together_across_topics() -> None:
-    ui = sel.Source("UI", "ralph/references/ui.md",
-                    "- [US-010] Logout button sits in the header menu\n"
-                    "- [US-011] Colours come from theme tokens\n")
-    api = sel.Source("API", "ralph/references/api.md",
-                     "- [US-010] DELETE /api/session returns 204 and expires the cookie\n"
-                     "- [US-012] Rate limits live in src/limits.ts\n")
+    ui = sel.Source(
+        "UI",
+        "ralph/references/ui.md",
+        "- [US-010] Logout button sits in the header menu\n"
+        "- [US-011] Colours come from theme tokens\n",
+    )
+    api = sel.Source(
+        "API",
+        "ralph/references/api.md",
+        "- [US-010] DELETE /api/session returns 204 and expires the cookie\n"
+        "- [US-012] Rate limits live in src/limits.ts\n",
+    )
     s = sel.select("Add a logout button", [ui, api], budget=None)
     text = sel.render(s, [ui, api])
     # The API bullet shares no word with the story, but its story (US-010) does.
@@ -152,14 +166,18 @@ def test_learnings_of_one_story_rank_together_across_topics() -> None:
 
 
 def test_prd_story_text_links_a_tag_to_the_query() -> None:
-    ref = sel.Source("Misc", "ralph/references/misc.md",
-                     "- [US-020] Use the `qs` package for query strings\n"
-                     "- [US-021] Keep fixtures in tests/fixtures\n")
+    ref = sel.Source(
+        "Misc",
+        "ralph/references/misc.md",
+        "- [US-020] Use the `qs` package for query strings\n"
+        "- [US-021] Keep fixtures in tests/fixtures\n",
+    )
     query = "Filter the invoice list by customer"
     blind = sel.select(query, [ref], budget=None)
     assert blind.chunks == []  # nothing in the bullets matches
-    told = sel.select(query, [ref], budget=None,
-                      stories={"US-020": "Search invoices by customer name"})
+    told = sel.select(
+        query, [ref], budget=None, stories={"US-020": "Search invoices by customer name"}
+    )
     assert [c.text for c in told.chunks] == ["- [US-020] Use the `qs` package for query strings\n"]
 
 
@@ -183,11 +201,13 @@ def test_bm25_scores_equal_bm25s() -> None:
 # ----------------------------------------------------------------------------- recency
 
 STEPS = sel.Source(
-    "Work", "ralph/references/work.md",
+    "Work",
+    "ralph/references/work.md",
     "# Work\n\n" + "".join(f"- [US-{i:03d}] quux detail number {i}\n" for i in range(1, 11)),
 )
 HISTORY = "# Ralph Progress Log\n" + "".join(
-    f"## 2026-01-{i:02d} - US-{i:03d}\n- done\n---\n" for i in (1, 2, 3, 4, 5, 6, 7, 8, 10, 9))
+    f"## 2026-01-{i:02d} - US-{i:03d}\n- done\n---\n" for i in (1, 2, 3, 4, 5, 6, 7, 8, 10, 9)
+)
 
 
 def test_story_order_is_the_last_mention_in_the_log() -> None:
@@ -203,13 +223,20 @@ def test_recency_picks_the_latest_stories_when_the_query_says_nothing() -> None:
     assert "[US-001]" not in got  # the oldest falls below the cut-off
     # Without the log (or with recency off) nothing matches, so nothing is taken.
     assert sel.select("Polish the onboarding wizard", [STEPS], budget=None).chunks == []
-    assert sel.select("Polish the onboarding wizard", [STEPS], budget=None, history=HISTORY,
-                      recency=0.0).chunks == []
+    assert (
+        sel.select(
+            "Polish the onboarding wizard", [STEPS], budget=None, history=HISTORY, recency=0.0
+        ).chunks
+        == []
+    )
 
 
 def test_a_matching_old_story_still_beats_recency() -> None:
-    src = sel.Source("Work", "ralph/references/work.md",
-                     STEPS.text + "- [US-000] the onboarding wizard keeps its steps in wizard.ts\n")
+    src = sel.Source(
+        "Work",
+        "ralph/references/work.md",
+        STEPS.text + "- [US-000] the onboarding wizard keeps its steps in wizard.ts\n",
+    )
     hist = "## US-000\n---\n" + HISTORY
     s = sel.select("Polish the onboarding wizard", [src], budget=None, history=hist)
     scores, _ = sel.score_items("Polish the onboarding wizard", [src], history=hist)
@@ -232,6 +259,7 @@ def test_story_order_knows_dates_for_stories_without_an_id() -> None:
     order = sel.story_order("## 2026-01-30 - fix\n## 2026-02-02 - more\n## 1.2 - x\n")
     assert order["2026-02-02"] > order["2026-01-30"] and "1.2" in order
     src = sel.Source("W", "w.md", "# W\n\n- [2026-01-30] old quux\n- [2026-02-02] new quux\n")
-    scores, _ = sel.score_items("nothing alike", [src],
-                                history="## 2026-01-30 - a\n## 2026-02-02 - b\n")
+    scores, _ = sel.score_items(
+        "nothing alike", [src], history="## 2026-01-30 - a\n## 2026-02-02 - b\n"
+    )
     assert scores[1] > scores[0] > 0

@@ -25,8 +25,9 @@ RALPH = "scripts/ralph"
 
 # ---- helpers ----------------------------------------------------------------------------------
 def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True,
-                          check=True).stdout
+    return subprocess.run(
+        ["git", *args], cwd=repo, capture_output=True, text=True, check=True
+    ).stdout
 
 
 def head_subject(repo: Path) -> str:
@@ -41,8 +42,7 @@ def progress(repo: Path) -> Progress:
     return Progress.load(repo / RALPH / "progress.txt")
 
 
-def run_sim(repo: Path, prompt: str, env: dict | None = None, args: list | None = None,
-            **kw):
+def run_sim(repo: Path, prompt: str, env: dict | None = None, args: list | None = None, **kw):
     """One iteration through the production path: adapter -> runner (pty) -> parse."""
     prompt_file = repo.parent / f"prompt-{time.monotonic_ns()}.md"
     prompt_file.write_text(prompt, encoding="utf-8")
@@ -69,9 +69,13 @@ def written_tokens(output: str) -> int:
 
 
 def read_paths(output: str) -> list[str]:
-    return [b["input"]["file_path"] for ev in events(output) if ev.get("type") == "assistant"
-            for b in ev["message"]["content"]
-            if b["type"] == "tool_use" and b["name"] == "Read"]
+    return [
+        b["input"]["file_path"]
+        for ev in events(output)
+        if ev.get("type") == "assistant"
+        for b in ev["message"]["content"]
+        if b["type"] == "tool_use" and b["name"] == "Read"
+    ]
 
 
 @pytest.fixture
@@ -83,19 +87,34 @@ def tiny_repo(tmp_path: Path, n: int = 2, index: bool = True) -> Path:
     """A project with no sim script: the agent makes a plan per story itself."""
     root = tmp_path / "tiny"
     (root / RALPH).mkdir(parents=True)
-    stories = [{"id": f"T-{i}", "title": f"Add feature {i}", "description": f"feature {i}",
-                "acceptanceCriteria": [f"feature {i} works"], "priority": i, "passes": False,
-                "notes": ""} for i in range(1, n + 1)]
-    (root / RALPH / "prd.json").write_text(json.dumps(
-        {"project": "tiny", "branchName": "ralph/tiny", "userStories": stories}, indent=2))
+    stories = [
+        {
+            "id": f"T-{i}",
+            "title": f"Add feature {i}",
+            "description": f"feature {i}",
+            "acceptanceCriteria": [f"feature {i} works"],
+            "priority": i,
+            "passes": False,
+            "notes": "",
+        }
+        for i in range(1, n + 1)
+    ]
+    (root / RALPH / "prd.json").write_text(
+        json.dumps(
+            {"project": "tiny", "branchName": "ralph/tiny", "userStories": stories}, indent=2
+        )
+    )
     text = "# Ralph Progress Log\nStarted: today\n---\n"
     if index:
         text += "\n## Progress Index\n| Topic | Reference Path |\n|---|---|\n"
     (root / RALPH / "progress.txt").write_text(text)
     subprocess.run(["git", "init", "-q"], cwd=root, check=True)
     subprocess.run(["git", "add", "-A"], cwd=root, check=True)
-    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init"],
-                   cwd=root, check=True)
+    subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init"],
+        cwd=root,
+        check=True,
+    )
     return root
 
 
@@ -122,16 +141,20 @@ def test_copy_example_refuses_a_non_empty_folder(tmp_path: Path) -> None:
 
 
 def test_examples_cli_copies(tmp_path: Path) -> None:
-    out = subprocess.run([sys.executable, "-m", "orchestrator.examples", "recipe-box",
-                          str(tmp_path / "rb")], capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "orchestrator.examples", "recipe-box", str(tmp_path / "rb")],
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 0, out.stderr
     assert (tmp_path / "rb" / RALPH / "sim.yaml").is_file()
 
 
 # ---- the adapter ------------------------------------------------------------------------------
 def test_adapter_spawns_the_sim_module_with_settings(tmp_path: Path) -> None:
-    agent = base.get_agent("sim", {"args": ["--delay", "0"], "env": {"RALPH_SIM_FAULT": "noop"},
-                                   "model": "sim-x"})
+    agent = base.get_agent(
+        "sim", {"args": ["--delay", "0"], "env": {"RALPH_SIM_FAULT": "noop"}, "model": "sim-x"}
+    )
     argv = agent.argv(tmp_path / "p.md")
     assert argv[:3] == [sys.executable, "-m", "orchestrator.sim_agent"]
     assert argv[3:] == ["--model", "sim-x", "--delay", "0"]
@@ -158,11 +181,13 @@ def test_full_mode_story_commits_flips_logs_and_counts_what_it_read(repo: Path) 
     assert (repo / "tests" / "support.py").is_file()
     assert not (repo / "ralph" / "references").exists()  # full mode writes no references
     # usage: tiktoken counts of the prompt + the files it read; output recomputed
-    assert result.usage.input_tokens == (tokens.count(prompt) + tokens.count(prd_before)
-                                         + tokens.count(prog_before))
+    assert result.usage.input_tokens == (
+        tokens.count(prompt) + tokens.count(prd_before) + tokens.count(prog_before)
+    )
     assert result.usage.output_tokens == written_tokens(outcome.output) > 500
-    expected = (result.usage.input_tokens * PRICE_IN_PER_M
-                + result.usage.output_tokens * PRICE_OUT_PER_M) / 1e6
+    expected = (
+        result.usage.input_tokens * PRICE_IN_PER_M + result.usage.output_tokens * PRICE_OUT_PER_M
+    ) / 1e6
     assert result.cost_usd == pytest.approx(expected, abs=1e-6)
     assert SENTINEL not in (result.final_message or "")
 
@@ -174,14 +199,17 @@ def test_indexed_mode_writes_reference_and_row_and_reads_only_what_it_needs(repo
     assert ref.is_file() and "tests/support.py" in ref.read_text()
     rows = progress(repo).index_rows
     assert [(r.topic, r.path) for r in rows] == [
-        ("Project layout and tooling", "ralph/references/project-layout-and-tooling.md")]
+        ("Project layout and tooling", "ralph/references/project-layout-and-tooling.md")
+    ]
     assert "ralph/references/project-layout-and-tooling.md" in git(
-        repo, "show", "--name-only", "--format=", "HEAD")
+        repo, "show", "--name-only", "--format=", "HEAD"
+    )
     # the log gets the short entry the indexed prompt asks for; learnings live in the reference
     entry = progress(repo).entries[-1]
     assert entry.story_ids == ["US-001"] and entry.learnings == []
-    assert ("- References: Project layout and tooling "
-            "(ralph/references/project-layout-and-tooling.md)") in entry.text
+    assert (
+        "- References: Project layout and tooling (ralph/references/project-layout-and-tooling.md)"
+    ) in entry.text
     # US-002 opens the reference it is not given; its progress.txt read is the index only.
     prd_text = (repo / RALPH / "prd.json").read_text()
     index_text = progress(repo).index_text
@@ -189,9 +217,12 @@ def test_indexed_mode_writes_reference_and_row_and_reads_only_what_it_needs(repo
     outcome, result = run_sim(repo, prompt)
     assert not result.is_error, result.error
     assert str(ref) in read_paths(outcome.output)
-    assert result.usage.input_tokens == (tokens.count(prompt) + tokens.count(prd_text)
-                                         + tokens.count(index_text)
-                                         + tokens.count(ref.read_text()))
+    assert result.usage.input_tokens == (
+        tokens.count(prompt)
+        + tokens.count(prd_text)
+        + tokens.count(index_text)
+        + tokens.count(ref.read_text())
+    )
     assert len(progress(repo).index_rows) == 2 and passes(repo)["US-002"]
 
 
@@ -199,8 +230,10 @@ def test_indexed_mode_does_not_reopen_references_inlined_in_the_prompt(repo: Pat
     run_sim(repo, "Story: US-001\nMode: indexed\n")
     ref = repo / "ralph" / "references" / "project-layout-and-tooling.md"
     prog = progress(repo)
-    prompt = (f"Story: US-002\n\n## Memory\n{prog.index_text}\n"
-              f"### ralph/references/project-layout-and-tooling.md\n{ref.read_text()}\n")
+    prompt = (
+        f"Story: US-002\n\n## Memory\n{prog.index_text}\n"
+        f"### ralph/references/project-layout-and-tooling.md\n{ref.read_text()}\n"
+    )
     prd_text = (repo / RALPH / "prd.json").read_text()
     outcome, result = run_sim(repo, prompt)
     assert str(ref) not in read_paths(outcome.output)
@@ -209,9 +242,11 @@ def test_indexed_mode_does_not_reopen_references_inlined_in_the_prompt(repo: Pat
 
 
 def test_ralph_classic_prompt_picks_next_story_and_reads_whole_log(repo: Path) -> None:
-    prompt = ("Read the PRD at scripts/ralph/prd.json and the progress log. Pick the highest "
-              "priority user story where passes is false. Commit with "
-              "`feat: [Story ID] - [Story Title]`.\n")
+    prompt = (
+        "Read the PRD at scripts/ralph/prd.json and the progress log. Pick the highest "
+        "priority user story where passes is false. Commit with "
+        "`feat: [Story ID] - [Story Title]`.\n"
+    )
     run_sim(repo, prompt + "Mode: full\n")  # US-001
     outcome, result = run_sim(repo, prompt)  # no marker, no index rows: full mode
     assert head_subject(repo).startswith("feat: US-002 - ")
@@ -221,8 +256,10 @@ def test_ralph_classic_prompt_picks_next_story_and_reads_whole_log(repo: Path) -
 
 def test_full_template_with_inlined_log_is_full_mode_and_not_reread(repo: Path) -> None:
     log = (repo / RALPH / "progress.txt").read_text()
-    prompt = (f"## Your story\nUS-003\n## Progress log\n{log}\n"
-              "Commit all changes: `feat: US-003 - Recipe table and repository`\n")
+    prompt = (
+        f"## Your story\nUS-003\n## Progress log\n{log}\n"
+        "Commit all changes: `feat: US-003 - Recipe table and repository`\n"
+    )
     outcome, result = run_sim(repo, prompt)
     assert head_subject(repo) == "feat: US-003 - Recipe table and repository"
     assert str(repo / RALPH / "progress.txt") not in read_paths(outcome.output)
@@ -264,23 +301,31 @@ def test_crash_midway_leaves_uncommitted_files(repo: Path) -> None:
 
 
 def test_hang_is_ended_by_the_idle_timeout(repo: Path) -> None:
-    outcome, result = run_sim(repo, "Story: US-001\n", env={"RALPH_SIM_FAULT": "hang"},
-                              idle_timeout=1.5, grace=1)
+    outcome, result = run_sim(
+        repo, "Story: US-001\n", env={"RALPH_SIM_FAULT": "hang"}, idle_timeout=1.5, grace=1
+    )
     assert outcome.timed_out == "idle" and result.is_error and outcome.output.strip() == ""
 
 
 def test_hang_after_output_shows_work_then_times_out(repo: Path) -> None:
-    outcome, result = run_sim(repo, "Story: US-001\n",
-                              env={"RALPH_SIM_FAULT": "hang-after-output"},
-                              idle_timeout=1.5, grace=1)
+    outcome, result = run_sim(
+        repo,
+        "Story: US-001\n",
+        env={"RALPH_SIM_FAULT": "hang-after-output"},
+        idle_timeout=1.5,
+        grace=1,
+    )
     assert outcome.timed_out == "idle"
     assert any(e.get("type") == "system" for e in events(outcome.output))
     assert read_paths(outcome.output)  # it had started reading
 
 
 def test_limit_event_carries_reset_time(repo: Path) -> None:
-    outcome, result = run_sim(repo, "Story: US-001\n",
-                              env={"RALPH_SIM_FAULT": "limit-event", "RALPH_SIM_LIMIT_RESET": "60"})
+    outcome, result = run_sim(
+        repo,
+        "Story: US-001\n",
+        env={"RALPH_SIM_FAULT": "limit-event", "RALPH_SIM_LIMIT_RESET": "60"},
+    )
     assert outcome.exit_code == 1 and result.is_error and result.limit is not None
     wait = result.limit.wait_seconds()
     assert wait is not None and 50 <= wait <= 61
@@ -297,8 +342,11 @@ def test_limit_text_and_429(repo: Path) -> None:
 
 
 def test_limit_once_then_succeed_uses_the_state_file(repo: Path, tmp_path: Path) -> None:
-    env = {"RALPH_SIM_FAULT": "limit-text", "RALPH_SIM_FAULT_TIMES": "1",
-           "RALPH_SIM_STATE": str(tmp_path / "state.json")}
+    env = {
+        "RALPH_SIM_FAULT": "limit-text",
+        "RALPH_SIM_FAULT_TIMES": "1",
+        "RALPH_SIM_STATE": str(tmp_path / "state.json"),
+    }
     _, first = run_sim(repo, "Story: US-001\n", env=env)
     _, second = run_sim(repo, "Story: US-001\n", env=env)
     assert first.limit is not None and second.limit is None and not second.is_error
@@ -380,7 +428,8 @@ def test_bad_knob_and_bad_script_fail_clearly(repo: Path) -> None:
     assert outcome.exit_code == 2 and "unknown fault explode" in outcome.output
     (repo / RALPH / "sim.yaml").write_text(
         "stories:\n  - id: US-001\n    files: [{path: ../outside.txt, content: x}]\n"
-        "    learning: {topic: t, bullets: [b]}\n")
+        "    learning: {topic: t, bullets: [b]}\n"
+    )
     outcome, _ = run_sim(repo, "Story: US-001\n")
     assert outcome.exit_code == 2 and "sim.yaml" in outcome.output
     assert not (repo.parent / "outside.txt").exists() and not passes(repo)["US-001"]
@@ -403,8 +452,13 @@ def test_example_script_covers_every_story_with_rich_learnings() -> None:
 
 
 def ralph(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "orchestrator", *args], cwd=repo,
-                          capture_output=True, text=True, timeout=240)
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator", *args],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
 
 
 def test_ralph_run_drives_the_sim_in_indexed_and_full_mode(tmp_path: Path) -> None:
@@ -413,7 +467,9 @@ def test_ralph_run_drives_the_sim_in_indexed_and_full_mode(tmp_path: Path) -> No
     assert out.returncode == 1, out.stdout + out.stderr  # iterations used up, 2 stories done
     assert [k for k, v in passes(indexed).items() if v] == ["US-001", "US-002"]
     assert [r.topic for r in progress(indexed).index_rows] == [
-        "Project layout and tooling", "Database and migrations"]
+        "Project layout and tooling",
+        "Database and migrations",
+    ]
     # US-002's prompt inlined the US-001 reference: the sim did not reopen it
     log = next((indexed / "ralph" / "logs").glob("*/iteration-2.log")).read_text()
     opened = read_paths(log)

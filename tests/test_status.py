@@ -10,12 +10,14 @@ from run_helpers import make_project, ralph
 from orchestrator import ledger, status
 from orchestrator.project import locate
 
-PROGRESS = ("# Ralph Progress Log\nStarted: x\n---\n\n## Progress Index\n"
-            "| Topic | Reference Path |\n|---|---|\n"
-            "| Auth flow | ralph/references/auth-flow.md |\n"
-            "| Gone | ralph/references/gone.md |\n"
-            "| Escape | ../../etc/passwd |\n"
-            "\n## 2026-01-01 - US-001\n- did it\n---\n")
+PROGRESS = (
+    "# Ralph Progress Log\nStarted: x\n---\n\n## Progress Index\n"
+    "| Topic | Reference Path |\n|---|---|\n"
+    "| Auth flow | ralph/references/auth-flow.md |\n"
+    "| Gone | ralph/references/gone.md |\n"
+    "| Escape | ../../etc/passwd |\n"
+    "\n## 2026-01-01 - US-001\n- did it\n---\n"
+)
 
 
 def _project(tmp_path: Path) -> Path:
@@ -32,11 +34,23 @@ def _project(tmp_path: Path) -> Path:
         led.iteration({"iteration": 1, "story_id": "US-001", "outcome": "failed"})
     with ledger.Ledger(root / "ralph/logs/ledger.jsonl", run_id="new") as led:
         led.event("run_start")
-        led.iteration({"iteration": 1, "story_id": "US-001", "outcome": "passed",
-                       "prompt_tokens": 1000, "full_history_tokens": 4000, "cost_usd": 0.25,
-                       "usage": {"input_tokens": 100, "output_tokens": 50,
-                                 "cache_read_tokens": 900, "cache_write_tokens": 0},
-                       "duration_s": 61})
+        led.iteration(
+            {
+                "iteration": 1,
+                "story_id": "US-001",
+                "outcome": "passed",
+                "prompt_tokens": 1000,
+                "full_history_tokens": 4000,
+                "cost_usd": 0.25,
+                "usage": {
+                    "input_tokens": 100,
+                    "output_tokens": 50,
+                    "cache_read_tokens": 900,
+                    "cache_write_tokens": 0,
+                },
+                "duration_s": 61,
+            }
+        )
         led.event("run_end", status="exhausted", exit_code=1)
     return root
 
@@ -52,7 +66,11 @@ def test_collect(tmp_path: Path) -> None:
     assert refs["ralph/references/orphan.md"]["note"] == "not in the index"
     last = st["last_run"]
     assert (last["run_id"], last["status"], last["iterations"], last["passed"]) == (
-        "new", "exhausted", 1, 1)
+        "new",
+        "exhausted",
+        1,
+        1,
+    )
     assert last["saved_pct"] == 75.0 and last["input_tokens"] == 1000
 
 

@@ -36,8 +36,17 @@ _TOOL_SUBJECT = {
     "TodoWrite": None,
 }
 # Other CLIs (Gemini, opencode) name the same things differently.
-_GENERIC_SUBJECTS = ("file_path", "filePath", "absolute_path", "path", "pattern", "url", "query",
-                     "command", "description")
+_GENERIC_SUBJECTS = (
+    "file_path",
+    "filePath",
+    "absolute_path",
+    "path",
+    "pattern",
+    "url",
+    "query",
+    "command",
+    "description",
+)
 
 
 class ClaudeAgent(Agent):
@@ -192,8 +201,10 @@ def _without_result(
     last = events[-1] if events else {}
     if last.get("type") == "system" and last.get("subtype") == "api_retry":
         status = last.get("error_status") if isinstance(last.get("error_status"), int) else None
-        detail = (f"still retrying the API (attempt {last.get('attempt')}/"
-                  f"{last.get('max_retries')}: {status} {last.get('error', '')})")
+        detail = (
+            f"still retrying the API (attempt {last.get('attempt')}/"
+            f"{last.get('max_retries')}: {status} {last.get('error', '')})"
+        )
     return AgentResult(
         final_message=last_assistant_text(events),
         usage=assistant_usage(events),
@@ -205,7 +216,7 @@ def _without_result(
 
 
 def tool_line(name: str, tool_input: Any) -> str:
-    """"⏺ Read src/app.py", "⏺ Bash: git commit -m ...": one readable line per tool call."""
+    """ "⏺ Read src/app.py", "⏺ Bash: git commit -m ...": one readable line per tool call."""
     data = tool_input if isinstance(tool_input, dict) else {}
     if name == "Bash":  # Amp's Bash tool names its input `cmd`
         return f"⏺ Bash: {short(str(data.get('command') or data.get('cmd') or ''), 120)}"
@@ -233,9 +244,11 @@ def stream_display(line: str) -> str | None:
         return f"⏺ session started ({event.get('model', 'default model')})"
     if kind == "system" and event.get("subtype") == "api_retry":
         delay = _float(event.get("retry_delay_ms")) or 0.0
-        return (f"⚠ API retry {event.get('attempt')}/{event.get('max_retries')} "
-                f"({event.get('error_status')} {event.get('error', '')}), "
-                f"next in {delay / 1000:.0f}s")
+        return (
+            f"⚠ API retry {event.get('attempt')}/{event.get('max_retries')} "
+            f"({event.get('error_status')} {event.get('error', '')}), "
+            f"next in {delay / 1000:.0f}s"
+        )
     if kind == "result":
         return _result_display(event)
     if kind == "rate_limit_event":

@@ -86,8 +86,9 @@ class CodexAgent(Agent):
         if not events and output.strip():
             # Not the output's tail: plain output may be the echoed prompt.
             fatal = [ln.strip() for ln in output.splitlines() if _is_error_line(ln)]
-            errors.append("codex printed no JSON events" + (": " + short(fatal[-1], 300)
-                                                             if fatal else ""))
+            errors.append(
+                "codex printed no JSON events" + (": " + short(fatal[-1], 300) if fatal else "")
+            )
         return AgentResult(
             final_message=final,
             usage=usage,

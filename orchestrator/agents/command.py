@@ -62,16 +62,22 @@ class CommandAgent(Agent):
     def parse_output(self, output: str, exit_code: int | None) -> AgentResult:
         text = _ANSI.sub("", output)
         usage, cost = aider_usage(text)
-        return AgentResult(final_message=tail(text, FINAL_CHARS) or None, usage=usage,
-                           cost_usd=cost, model=self.model)
+        return AgentResult(
+            final_message=tail(text, FINAL_CHARS) or None,
+            usage=usage,
+            cost_usd=cost,
+            model=self.model,
+        )
 
 
 # aider prints one line per model reply, figures rounded ("12k"):
 # "Tokens: 4.1k sent, 3.3k cache write, 7.8k cache hit, 221 received. Cost: $0.02 message,
 # $0.05 session."
 _AIDER_TOKENS = re.compile(r"^Tokens: (?P<body>[^\n]*?received)\.(?P<rest>[^\n]*)$", re.M)
-_AIDER_PART = re.compile(r"(?P<n>[\d.]+)(?P<unit>[kKmM]?) (?P<what>sent|cache write|cache hit"
-                         r"|received)")
+_AIDER_PART = re.compile(
+    r"(?P<n>[\d.]+)(?P<unit>[kKmM]?) (?P<what>sent|cache write|cache hit"
+    r"|received)"
+)
 _AIDER_SESSION = re.compile(r"\$(?P<usd>[\d.]+) session")
 _UNITS = {"": 1, "k": 1_000, "m": 1_000_000}
 
@@ -81,8 +87,10 @@ def aider_usage(text: str) -> tuple[Usage | None, float | None]:
     total: Usage | None = None
     cost: float | None = None
     for line in _AIDER_TOKENS.finditer(text):
-        figures = {m.group("what"): round(float(m.group("n")) * _UNITS[m.group("unit").lower()])
-                   for m in _AIDER_PART.finditer(line.group("body"))}
+        figures = {
+            m.group("what"): round(float(m.group("n")) * _UNITS[m.group("unit").lower()])
+            for m in _AIDER_PART.finditer(line.group("body"))
+        }
         total = (total or Usage()) + Usage(
             input_tokens=figures.get("sent", 0),
             output_tokens=figures.get("received", 0),

@@ -93,8 +93,10 @@ class GeminiAgent(Agent):
         result.model = result.model or self.model
         if exit_code in EXIT_CODES:
             result.is_error = True
-            result.error = f"{EXIT_CODES[exit_code]}: {result.error}" if result.error else (
-                EXIT_CODES[exit_code]
+            result.error = (
+                f"{EXIT_CODES[exit_code]}: {result.error}"
+                if result.error
+                else (EXIT_CODES[exit_code])
             )
         return result
 

@@ -63,4 +63,3 @@ class SimAgent(ClaudeAgent):
 
 def create(settings: Any = None) -> SimAgent:
     return SimAgent(settings)
-

@@ -31,6 +31,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"ralph check: {len(findings)} finding(s)")
         return 1
     mem = audit.MemoryFiles.load(proj)
-    print(f"ralph check: OK ({len(mem.rows)} index rows, "
-          f"{len(proj.references.files())} references)")
+    print(
+        f"ralph check: OK ({len(mem.rows)} index rows, {len(proj.references.files())} references)"
+    )
     return 0

@@ -17,13 +17,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_common(p)
     p.add_argument("--apply", action="store_true", help="perform the plan")
-    p.add_argument("--agent", metavar="NAME",
-                   help="ask this agent to condense the first oversized reference")
+    p.add_argument(
+        "--agent", metavar="NAME", help="ask this agent to condense the first oversized reference"
+    )
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--recover", action="store_true",
-                   help="complete an interrupted apply from its journal")
-    g.add_argument("--rollback", action="store_true",
-                   help="undo an interrupted apply from its journal")
+    g.add_argument(
+        "--recover", action="store_true", help="complete an interrupted apply from its journal"
+    )
+    g.add_argument(
+        "--rollback", action="store_true", help="undo an interrupted apply from its journal"
+    )
     p.set_defaults(func=run)
 
 
@@ -53,8 +56,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _print_plan(plan, fmt) -> None:
-    print(f"progress.txt {fmt(plan.progress_before)} -> {fmt(plan.progress_after)} tokens; "
-          f"references {fmt(plan.refs_before)} -> {fmt(plan.refs_after)} tokens")
+    print(
+        f"progress.txt {fmt(plan.progress_before)} -> {fmt(plan.progress_after)} tokens; "
+        f"references {fmt(plan.refs_before)} -> {fmt(plan.refs_after)} tokens"
+    )
     if plan.stale_note:
         print(f"  {plan.stale_note}")
     for r in plan.stale:

@@ -8,8 +8,13 @@ from pathlib import Path
 from orchestrator.cli import add_common
 from orchestrator.scaffold import example_prds, init_project
 
-_LABEL = {"created": "created", "kept": "kept", "replaced": "replaced", "updated": "updated",
-          "unchanged": "ok"}
+_LABEL = {
+    "created": "created",
+    "kept": "kept",
+    "replaced": "replaced",
+    "updated": "updated",
+    "unchanged": "ok",
+}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -20,10 +25,17 @@ def register(sub: argparse._SubParsersAction) -> None:
         "(and reported); run it again at any time: a second run changes nothing.",
     )
     add_common(p)
-    p.add_argument("--force", action="store_true",
-                   help="replace existing ralph.yaml/prd.json/progress.txt, keeping each as .bak")
-    p.add_argument("--example", default="example", metavar="NAME",
-                   help=f"built-in example prd.json to start from ({', '.join(example_prds())})")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="replace existing ralph.yaml/prd.json/progress.txt, keeping each as .bak",
+    )
+    p.add_argument(
+        "--example",
+        default="example",
+        metavar="NAME",
+        help=f"built-in example prd.json to start from ({', '.join(example_prds())})",
+    )
     p.set_defaults(func=run)
 
 
@@ -38,7 +50,7 @@ def _shown(path: Path, root: Path) -> str:
 def run(args: argparse.Namespace) -> int:
     from orchestrator import log
 
-    log.configure(None, verbose=args.verbose)   # ralph.yaml warnings as stderr lines
+    log.configure(None, verbose=args.verbose)  # ralph.yaml warnings as stderr lines
     result = init_project(Path.cwd(), args.ralph_dir, force=args.force, example=args.example)
     project = result.project
     where = "git repository" if project.in_git else "not a git repository"

@@ -32,13 +32,17 @@ def run(args: argparse.Namespace) -> int:
     mig = migrate.prepare(proj)
     plan = mig.plan
     if plan.already_indexed:
-        print(f"ralph migrate: {proj.rel(proj.progress_path)} already has a Progress Index; "
-              "nothing to do")
+        print(
+            f"ralph migrate: {proj.rel(proj.progress_path)} already has a Progress Index; "
+            "nothing to do"
+        )
         return 0
     verb = "would write" if args.dry_run else "wrote"
-    print(f"ralph migrate: {proj.rel(proj.progress_path)} "
-          f"{fmt(plan.tokens_before)} -> {fmt(plan.tokens_after)} tokens "
-          f"(index + {len(plan.summaries)} summary lines)")
+    print(
+        f"ralph migrate: {proj.rel(proj.progress_path)} "
+        f"{fmt(plan.tokens_before)} -> {fmt(plan.tokens_after)} tokens "
+        f"(index + {len(plan.summaries)} summary lines)"
+    )
     refs_total = sum(_count(t) for t in plan.references.values())
     print(f"  {len(plan.topics)} topics, {fmt(refs_total)} tokens in references:")
     for t in plan.topics:

@@ -17,15 +17,28 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_common(p)
     p.add_argument("--story", metavar="ID", help="story id (default: the next story to do)")
-    p.add_argument("--mode", choices=("auto", "indexed", "full"),
-                   help="memory mode (default: ralph.yaml's mode, else auto)")
-    p.add_argument("--tool", help="agent the prompt is for; in full mode claude reads CLAUDE.md, "
-                   "others prompt.md (default: ralph.yaml's tool)")
-    p.add_argument("--budget", type=int, metavar="TOKENS",
-                   help="prompt token budget (default: budget.prompt_tokens)")
-    p.add_argument("--json", action="store_true",
-                   help="print the accounting as JSON: tokens by part, the full-history "
-                   "counterfactual, every reference considered with score and reason")
+    p.add_argument(
+        "--mode",
+        choices=("auto", "indexed", "full"),
+        help="memory mode (default: ralph.yaml's mode, else auto)",
+    )
+    p.add_argument(
+        "--tool",
+        help="agent the prompt is for; in full mode claude reads CLAUDE.md, "
+        "others prompt.md (default: ralph.yaml's tool)",
+    )
+    p.add_argument(
+        "--budget",
+        type=int,
+        metavar="TOKENS",
+        help="prompt token budget (default: budget.prompt_tokens)",
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print the accounting as JSON: tokens by part, the full-history "
+        "counterfactual, every reference considered with score and reason",
+    )
     p.set_defaults(func=run)
 
 
@@ -49,8 +62,9 @@ def run(args: argparse.Namespace) -> int:
                 "story; name one with --story ID"
             )
     memory = Memory.load(project)
-    out = prompt.assemble(project, story, memory, mode=args.mode, budget=args.budget,
-                          tool=args.tool)
+    out = prompt.assemble(
+        project, story, memory, mode=args.mode, budget=args.budget, tool=args.tool
+    )
     if args.json:
         print(json.dumps(out.to_json(), indent=2, ensure_ascii=False))
     else:

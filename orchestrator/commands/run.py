@@ -18,46 +18,92 @@ _NUMBER = re.compile(r"^[0-9]+$")
 
 
 def _add_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--tool", metavar="NAME",
-                   help="agent: amp, claude, codex, gemini, opencode, sim, or a name under "
-                   "agents: in ralph.yaml (default: ralph.yaml's tool, else amp)")
-    p.add_argument("--mode", choices=("auto", "indexed", "full"),
-                   help="memory: indexed references, Ralph's full progress.txt, or auto "
-                   "(indexed when progress.txt has a Progress Index)")
-    p.add_argument("--budget-tokens", type=int, metavar="N",
-                   help="stop before the run's agent tokens would pass N (budget.run_tokens)")
-    p.add_argument("--budget-usd", type=float, metavar="X",
-                   help="stop before the run's agent cost would pass $X (budget.run_cost_usd)")
-    p.add_argument("--prompt-budget", type=int, metavar="N",
-                   help="token budget of one prompt (budget.prompt_tokens)")
-    p.add_argument("--checks", choices=("warn", "retry", "fail"),
-                   help="what a failed post-story check does")
-    p.add_argument("--timeout", type=int, metavar="SECS",
-                   help="wall-clock limit of one iteration (timeouts.iteration)")
-    p.add_argument("--idle-timeout", type=int, metavar="SECS",
-                   help="stop an agent silent this long (timeouts.idle)")
-    p.add_argument("--sleep", type=float, metavar="SECS", dest="sleep_between",
-                   help="pause between iterations (sleep_between, ralph.sh: 2)")
-    p.add_argument("--stuck-after", type=int, metavar="N",
-                   help="stop (exit 4) after N iterations in a row without progress")
-    p.add_argument("-q", "--quiet", action="store_true",
-                   help="hide the agent's output (summaries and the table still print)")
+    p.add_argument(
+        "--tool",
+        metavar="NAME",
+        help="agent: amp, claude, codex, gemini, opencode, sim, or a name under "
+        "agents: in ralph.yaml (default: ralph.yaml's tool, else amp)",
+    )
+    p.add_argument(
+        "--mode",
+        choices=("auto", "indexed", "full"),
+        help="memory: indexed references, Ralph's full progress.txt, or auto "
+        "(indexed when progress.txt has a Progress Index)",
+    )
+    p.add_argument(
+        "--budget-tokens",
+        type=int,
+        metavar="N",
+        help="stop before the run's agent tokens would pass N (budget.run_tokens)",
+    )
+    p.add_argument(
+        "--budget-usd",
+        type=float,
+        metavar="X",
+        help="stop before the run's agent cost would pass $X (budget.run_cost_usd)",
+    )
+    p.add_argument(
+        "--prompt-budget",
+        type=int,
+        metavar="N",
+        help="token budget of one prompt (budget.prompt_tokens)",
+    )
+    p.add_argument(
+        "--checks", choices=("warn", "retry", "fail"), help="what a failed post-story check does"
+    )
+    p.add_argument(
+        "--timeout",
+        type=int,
+        metavar="SECS",
+        help="wall-clock limit of one iteration (timeouts.iteration)",
+    )
+    p.add_argument(
+        "--idle-timeout",
+        type=int,
+        metavar="SECS",
+        help="stop an agent silent this long (timeouts.idle)",
+    )
+    p.add_argument(
+        "--sleep",
+        type=float,
+        metavar="SECS",
+        dest="sleep_between",
+        help="pause between iterations (sleep_between, ralph.sh: 2)",
+    )
+    p.add_argument(
+        "--stuck-after",
+        type=int,
+        metavar="N",
+        help="stop (exit 4) after N iterations in a row without progress",
+    )
+    p.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="hide the agent's output (summaries and the table still print)",
+    )
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "run", help="run the loop: one story per iteration until all pass",
+        "run",
+        help="run the loop: one story per iteration until all pass",
         usage="ralph run [--tool NAME | --tool=NAME] [MAX_ITERATIONS] [options]",
         description="Run the agent loop, ralph.sh-compatible: "
         "`ralph run [--tool NAME] [MAX_ITERATIONS]`. Exit codes: 0 all stories pass, "
         "1 iterations used up, 2 usage/config/input error, 3 budget or usage limit beyond "
-        "limits.max_wait, 4 stuck or failed checks (checks: fail), 130 interrupted.")
+        "limits.max_wait, 4 stuck or failed checks (checks: fail), 130 interrupted.",
+    )
     add_common(p)
     _add_flags(p)
     # Everything after the first bare word is re-read by _merge_rest, so numbers and flags
     # can come in any order, as ralph.sh allows (`ralph run 20 --tool claude`).
-    p.add_argument("words", nargs=argparse.REMAINDER, metavar="MAX_ITERATIONS",
-                   help="maximum iterations (default: ralph.yaml's max_iterations, else 10)")
+    p.add_argument(
+        "words",
+        nargs=argparse.REMAINDER,
+        metavar="MAX_ITERATIONS",
+        help="maximum iterations (default: ralph.yaml's max_iterations, else 10)",
+    )
     p.set_defaults(func=run)
 
 
@@ -102,11 +148,10 @@ def overrides(args: argparse.Namespace, max_iterations: int | None) -> dict:
 def run(args: argparse.Namespace) -> int:
     from orchestrator import log, loop, project
 
-    log.configure(None, verbose=args.verbose)   # config warnings as readable stderr lines
+    log.configure(None, verbose=args.verbose)  # config warnings as readable stderr lines
     max_iter, ignored = _merge_rest(args)
     for w in ignored:
-        print(f"ralph: warning: ignored argument {w!r} (ralph.sh ignores it too)",
-              file=sys.stderr)
+        print(f"ralph: warning: ignored argument {w!r} (ralph.sh ignores it too)", file=sys.stderr)
     proj = project.locate(Path.cwd(), args.ralph_dir, overrides(args, max_iter))
     summary = loop.run(proj, loop.RunOptions(quiet=args.quiet, verbose=args.verbose))
     return summary.exit_code

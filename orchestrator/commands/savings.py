@@ -29,8 +29,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_common(p)
     p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.add_argument("--out", type=Path, metavar="DIR",
-                   help="folder for savings.json and the chart (default: the log folder)")
+    p.add_argument(
+        "--out",
+        type=Path,
+        metavar="DIR",
+        help="folder for savings.json and the chart (default: the log folder)",
+    )
     p.add_argument("--last", type=int, metavar="N", help="only the last N stories")
     p.set_defaults(func=run)
 
@@ -44,12 +48,19 @@ def run(args: argparse.Namespace) -> int:
     if args.last is not None and args.last < 1:
         raise UsageError(f"--last must be at least 1, got {args.last}")
     proj = project.locate(Path.cwd(), args.ralph_dir)
-    with Progress(TextColumn("replaying past stories"), BarColumn(), MofNCompleteColumn(),
-                  console=Console(stderr=True), transient=True) as bar:
+    with Progress(
+        TextColumn("replaying past stories"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    ) as bar:
         task = bar.add_task("replay", total=None)
         result = savings.measure(
-            proj, last=args.last, on_row=lambda done, total: bar.update(task, completed=done,
-                                                                        total=total))
+            proj,
+            last=args.last,
+            on_row=lambda done, total: bar.update(task, completed=done, total=total),
+        )
     # Nothing measured (no history, no index): no files, so a wrong folder is not littered.
     measured = bool(result.rows or result.current)
     paths = savings.write_outputs(result, args.out or proj.logs_dir) if measured else {}
@@ -60,9 +71,12 @@ def run(args: argparse.Namespace) -> int:
     for note in result.notes:
         console.print(f"note: {note}", markup=False, soft_wrap=True)
     if result.rows:
-        console.print(f"{result.project} · {result.source} · {result.entries} entries · prompt "
-                      "tokens per past story, full history vs indexed (estimated)",
-                      markup=False, soft_wrap=True)
+        console.print(
+            f"{result.project} · {result.source} · {result.entries} entries · prompt "
+            "tokens per past story, full history vs indexed (estimated)",
+            markup=False,
+            soft_wrap=True,
+        )
         console.print(table(result))
     _current(console, result.current)
     for what, path in paths.items():
@@ -81,9 +95,13 @@ def table(result: Savings) -> Table:
     t.add_column("indexed", footer=fmt(tot["indexed_tokens"]), justify="right")
     t.add_column("saved", footer=f"{tot['saved_pct']:.1f}%", justify="right")
     for r in result.rows:
-        t.add_row(str(r.k), r.story_id, fmt(r.full_tokens),
-                  fmt(r.indexed_tokens) + (" *" if r.over_budget else ""),
-                  f"{r.saved_pct:.1f}%")
+        t.add_row(
+            str(r.k),
+            r.story_id,
+            fmt(r.full_tokens),
+            fmt(r.indexed_tokens) + (" *" if r.over_budget else ""),
+            f"{r.saved_pct:.1f}%",
+        )
     if any(r.over_budget for r in result.rows):
         t.caption = "* over budget.prompt_tokens: `ralph run` would stop there"
     return t
@@ -97,6 +115,10 @@ def _current(console: Console, cur: dict | None) -> None:
     if "error" in cur:
         console.print(f"next story {cur['story_id']}: {cur['error']}", markup=False)
         return
-    console.print(f"next story {cur['story_id']} (current memory): indexed "
-                  f"{fmt(cur['indexed_tokens'])} vs full {fmt(cur['full_tokens'])} tokens, "
-                  f"{cur['saved_pct']:.1f}% saved", markup=False, soft_wrap=True)
+    console.print(
+        f"next story {cur['story_id']} (current memory): indexed "
+        f"{fmt(cur['indexed_tokens'])} vs full {fmt(cur['full_tokens'])} tokens, "
+        f"{cur['saved_pct']:.1f}% saved",
+        markup=False,
+        soft_wrap=True,
+    )

@@ -38,20 +38,29 @@ def render(st: dict, console: Console) -> None:
 
     s = st["stories"]
     nxt = s["next"]
-    console.print(f"[bold]{st['project'] or 'project'}[/bold] · branch {st['branch'] or '-'} "
-                  f"· {st['prd']}")
-    console.print(f"stories: {s['passed']}/{s['total']} passed · next: "
-                  + (f"{nxt['id']} {nxt['title']}" if nxt else "none (all pass)"),
-                  markup=False, soft_wrap=True)
+    console.print(
+        f"[bold]{st['project'] or 'project'}[/bold] · branch {st['branch'] or '-'} · {st['prd']}"
+    )
+    console.print(
+        f"stories: {s['passed']}/{s['total']} passed · next: "
+        + (f"{nxt['id']} {nxt['title']}" if nxt else "none (all pass)"),
+        markup=False,
+        soft_wrap=True,
+    )
     m = st["memory"]
     n_files = sum(r["exists"] for r in st["references"])
-    console.print(f"memory: progress.txt {fmt(m['progress_tokens'])} tok, "
-                  f"{m['entries']} entries · index {len(st['index'])} rows · "
-                  f"references {n_files} files, {fmt(m['references_tokens'])} tok"
-                  f" · mode {st['mode']}", markup=False, soft_wrap=True)
+    console.print(
+        f"memory: progress.txt {fmt(m['progress_tokens'])} tok, "
+        f"{m['entries']} entries · index {len(st['index'])} rows · "
+        f"references {n_files} files, {fmt(m['references_tokens'])} tok"
+        f" · mode {st['mode']}",
+        markup=False,
+        soft_wrap=True,
+    )
     if st["index"] or st["references"]:
-        t = Table(title="index and references", title_justify="left", box=box.SIMPLE_HEAD,
-                  pad_edge=False)
+        t = Table(
+            title="index and references", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False
+        )
         widest = max(len(r["path"]) for r in st["references"])
         t.add_column("topic", no_wrap=True, overflow="ellipsis", max_width=24)
         t.add_column("tokens", justify="right", no_wrap=True, min_width=6)
@@ -59,8 +68,9 @@ def render(st: dict, console: Console) -> None:
         t.add_column("path", no_wrap=True, min_width=min(widest, 46))
         t.add_column("note")
         for r in st["references"]:
-            t.add_row(r["topic"] or "-", fmt(r["tokens"]) if r["exists"] else "-", r["path"],
-                      r["note"])
+            t.add_row(
+                r["topic"] or "-", fmt(r["tokens"]) if r["exists"] else "-", r["path"], r["note"]
+            )
         console.print(t)
     last = st["last_run"]
     if not last:
@@ -73,4 +83,6 @@ def render(st: dict, console: Console) -> None:
         f"{fmt(last['prompt_tokens'])} tok (full history {fmt(last['full_history_tokens'])}:"
         f" saved {last['saved_pct']:.0f}%) · agent {fmt(last['input_tokens'])} in / "
         f"{fmt(last['output_tokens'])} out · {cost} · {duration(last['duration_s'])}",
-        markup=False, soft_wrap=True)
+        markup=False,
+        soft_wrap=True,
+    )

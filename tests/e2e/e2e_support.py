@@ -53,9 +53,19 @@ def find_cli(name: str) -> str:
     with FileLock(str(NPM_PREFIX / ".install.lock")):
         if not _lookup(name):
             proc = subprocess.run(
-                ["npm", "install", "--no-audit", "--no-fund", "--prefix", str(NPM_PREFIX),
-                 *PACKAGES.values()],
-                capture_output=True, text=True, timeout=600, check=False,
+                [
+                    "npm",
+                    "install",
+                    "--no-audit",
+                    "--no-fund",
+                    "--prefix",
+                    str(NPM_PREFIX),
+                    *PACKAGES.values(),
+                ],
+                capture_output=True,
+                text=True,
+                timeout=600,
+                check=False,
             )
             if proc.returncode != 0:
                 pytest.fail(f"npm install {PACKAGES[name]} failed:\n{proc.stderr[-2000:]}")
@@ -127,8 +137,14 @@ def run_pty(
     else:
         cmd, args = argv[0], argv[1:]
     child = pexpect.spawn(
-        cmd, args, cwd=str(cwd), env=env, encoding="utf-8", codec_errors="replace",
-        timeout=timeout, dimensions=(50, 400),
+        cmd,
+        args,
+        cwd=str(cwd),
+        env=env,
+        encoding="utf-8",
+        codec_errors="replace",
+        timeout=timeout,
+        dimensions=(50, 400),
     )
     try:
         child.expect(pexpect.EOF)

@@ -35,20 +35,41 @@ SENTINEL = "<promise>COMPLETE</promise>"
 class Story:
     id: str
     title: str
-    func: str        # the function this story adds to calc.py
-    body: str        # its one-line implementation
-    check: str       # a Python expression that must hold afterwards
-    topic: str       # the reference topic it writes
-    learning: str    # the reference's bullet
+    func: str  # the function this story adds to calc.py
+    body: str  # its one-line implementation
+    check: str  # a Python expression that must hold afterwards
+    topic: str  # the reference topic it writes
+    learning: str  # the reference's bullet
 
 
 STORIES = [
-    Story("US-001", "Add addition", "add", "return a + b", "calc.add(2, 3) == 5",
-          "Calc module layout", "calc.py holds pure functions; one per operation"),
-    Story("US-002", "Add subtraction", "sub", "return a - b", "calc.sub(5, 3) == 2",
-          "Checks", "check a story with python3 -c 'import calc; assert ...'"),
-    Story("US-003", "Add multiplication", "mul", "return a * b", "calc.mul(4, 3) == 12",
-          "Naming", "operations use three-letter names: add, sub, mul"),
+    Story(
+        "US-001",
+        "Add addition",
+        "add",
+        "return a + b",
+        "calc.add(2, 3) == 5",
+        "Calc module layout",
+        "calc.py holds pure functions; one per operation",
+    ),
+    Story(
+        "US-002",
+        "Add subtraction",
+        "sub",
+        "return a - b",
+        "calc.sub(5, 3) == 2",
+        "Checks",
+        "check a story with python3 -c 'import calc; assert ...'",
+    ),
+    Story(
+        "US-003",
+        "Add multiplication",
+        "mul",
+        "return a * b",
+        "calc.mul(4, 3) == 12",
+        "Naming",
+        "operations use three-letter names: add, sub, mul",
+    ),
 ]
 
 
@@ -58,10 +79,15 @@ def prd_data(stories: list[Story] = STORIES) -> dict[str, Any]:
         "branchName": "main",
         "description": "A tiny calculator library",
         "userStories": [
-            {"id": s.id, "title": s.title,
-             "description": f"As a user I can call calc.{s.func}(a, b).",
-             "acceptanceCriteria": [f"{s.check}", "Typecheck passes"],
-             "priority": n + 1, "passes": False, "notes": ""}
+            {
+                "id": s.id,
+                "title": s.title,
+                "description": f"As a user I can call calc.{s.func}(a, b).",
+                "acceptanceCriteria": [f"{s.check}", "Typecheck passes"],
+                "priority": n + 1,
+                "passes": False,
+                "notes": "",
+            }
             for n, s in enumerate(stories)
         ],
     }
@@ -85,17 +111,21 @@ def ralph_yaml(tool: str, **extra: Any) -> str:
     return yaml.safe_dump(cfg, sort_keys=False)
 
 
-def make_project(repo: Path, tool: str, *, stories: list[Story] = STORIES, history: str = "",
-                 **yaml_extra: Any) -> Path:
+def make_project(
+    repo: Path, tool: str, *, stories: list[Story] = STORIES, history: str = "", **yaml_extra: Any
+) -> Path:
     """A git repo holding the calc project with `stories`; `history` is extra progress.txt
     log text (an older run's entries)."""
-    return init_repo(repo, {
-        ".gitignore": "ralph/logs/\n__pycache__/\n",
-        "README.md": "# calc\n",
-        "ralph.yaml": ralph_yaml(tool, **yaml_extra),
-        f"{RALPH_DIR}/prd.json": json.dumps(prd_data(stories), indent=2) + "\n",
-        f"{RALPH_DIR}/progress.txt": HEADER + "\n" + INDEX + history,
-    })
+    return init_repo(
+        repo,
+        {
+            ".gitignore": "ralph/logs/\n__pycache__/\n",
+            "README.md": "# calc\n",
+            "ralph.yaml": ralph_yaml(tool, **yaml_extra),
+            f"{RALPH_DIR}/prd.json": json.dumps(prd_data(stories), indent=2) + "\n",
+            f"{RALPH_DIR}/progress.txt": HEADER + "\n" + INDEX + history,
+        },
+    )
 
 
 def story_by_id(story_id: str | None) -> Story | None:
@@ -123,10 +153,13 @@ def entry(story: Story) -> str:
     learnings = "".join(
         f"  - {story.func}: {topic} for calc.{story.func} was checked against the acceptance "
         "criteria and recorded here for the next iterations\n"
-        for topic in ("argument order", "integer inputs", "float inputs", "error handling"))
-    return (f"## 2026-11-30 10:00 - {story.id}\n- Implemented calc.{story.func}\n"
-            f"- Files changed: calc.py\n- References: {story.topic}\n"
-            f"- **Learnings for future iterations:**\n{learnings}---\n")
+        for topic in ("argument order", "integer inputs", "float inputs", "error handling")
+    )
+    return (
+        f"## 2026-11-30 10:00 - {story.id}\n- Implemented calc.{story.func}\n"
+        f"- Files changed: calc.py\n- References: {story.topic}\n"
+        f"- **Learnings for future iterations:**\n{learnings}---\n"
+    )
 
 
 def ref_path(story: Story) -> str:
@@ -141,8 +174,9 @@ def final_text(story: Story, stories: list[Story]) -> str:
 
 
 # ---- Claude Code ------------------------------------------------------------------------
-def claude_turns(repo: Path, story: Story, *, stories: list[Story] = STORIES,
-                 truncate_progress: bool = False) -> list:
+def claude_turns(
+    repo: Path, story: Story, *, stories: list[Story] = STORIES, truncate_progress: bool = False
+) -> list:
     """The model's turns for one story, as Claude Code tool calls on files under `repo`.
     Callables are evaluated when the request comes, so edits match the files as they are."""
     prd = repo / RALPH_DIR / "prd.json"
@@ -159,8 +193,9 @@ def claude_turns(repo: Path, story: Story, *, stories: list[Story] = STORIES,
         if first:
             return fa.ToolUse("Write", {"file_path": str(calc), "content": func})
         text = calc.read_text()
-        return fa.ToolUse("Edit", {"file_path": str(calc), "old_string": text,
-                                   "new_string": text + "\n\n" + func})
+        return fa.ToolUse(
+            "Edit", {"file_path": str(calc), "old_string": text, "new_string": text + "\n\n" + func}
+        )
 
     row = f"| {story.topic} | {ref_path(story)} |\n"
     turns: list = [
@@ -171,26 +206,52 @@ def claude_turns(repo: Path, story: Story, *, stories: list[Story] = STORIES,
         turns.append(fa.ToolUse("Read", {"file_path": str(calc)}))
     turns += [
         code,
-        fa.ToolUse("Bash", {"command": f"python3 -c 'import calc; assert {story.check}'",
-                            "description": "Check"}),
+        fa.ToolUse(
+            "Bash",
+            {"command": f"python3 -c 'import calc; assert {story.check}'", "description": "Check"},
+        ),
         flip,
-        fa.ToolUse("Write", {"file_path": str(repo / ref_path(story)),
-                             "content": f"# {story.topic}\n- {story.learning}\n"}),
+        fa.ToolUse(
+            "Write",
+            {
+                "file_path": str(repo / ref_path(story)),
+                "content": f"# {story.topic}\n- {story.learning}\n",
+            },
+        ),
     ]
     if truncate_progress:
         # A careless model: rewrites progress.txt with only its own entry (history lost).
-        turns.append(fa.ToolUse("Write", {"file_path": str(progress),
-                                          "content": HEADER + "\n" + entry(story)}))
+        turns.append(
+            fa.ToolUse(
+                "Write", {"file_path": str(progress), "content": HEADER + "\n" + entry(story)}
+            )
+        )
     else:
         turns += [
-            fa.ToolUse("Edit", {"file_path": str(progress), "old_string": "|---|---|\n",
-                                "new_string": "|---|---|\n" + row}),
-            fa.ToolUse("Bash", {"command": f"cat >> {RALPH_DIR}/progress.txt <<'EOF'\n"
-                                f"\n{entry(story)}EOF", "description": "Append progress"}),
+            fa.ToolUse(
+                "Edit",
+                {
+                    "file_path": str(progress),
+                    "old_string": "|---|---|\n",
+                    "new_string": "|---|---|\n" + row,
+                },
+            ),
+            fa.ToolUse(
+                "Bash",
+                {
+                    "command": f"cat >> {RALPH_DIR}/progress.txt <<'EOF'\n\n{entry(story)}EOF",
+                    "description": "Append progress",
+                },
+            ),
         ]
     turns += [
-        fa.ToolUse("Bash", {"command": f"git add -A && git commit -q -m 'feat: {story.id} - "
-                            f"{story.title}'", "description": "Commit"}),
+        fa.ToolUse(
+            "Bash",
+            {
+                "command": f"git add -A && git commit -q -m 'feat: {story.id} - {story.title}'",
+                "description": "Commit",
+            },
+        ),
         fa.Text(final_text(story, stories)),
     ]
     return turns
@@ -245,25 +306,34 @@ def codex_turns(repo: Path, story: Story, *, stories: list[Story] = STORIES) -> 
         new = old.replace('"passes": false', '"passes": true')
         minus = "".join(f"-{ln}\n" for ln in old.splitlines())
         plus = "".join(f"+{ln}\n" for ln in new.splitlines())
-        return fo.Patch(f"*** Begin Patch\n*** Update File: {prd_rel}\n@@\n{minus}{plus}"
-                        "*** End Patch\n")
+        return fo.Patch(
+            f"*** Begin Patch\n*** Update File: {prd_rel}\n@@\n{minus}{plus}*** End Patch\n"
+        )
 
     if first:
-        code = fo.Patch("*** Begin Patch\n*** Add File: calc.py\n"
-                        + "".join(f"+{ln}\n" for ln in func_lines) + "*** End Patch\n")
+        code = fo.Patch(
+            "*** Begin Patch\n*** Add File: calc.py\n"
+            + "".join(f"+{ln}\n" for ln in func_lines)
+            + "*** End Patch\n"
+        )
     else:
-        code = fo.Shell("printf '\\n\\n%s\\n%s\\n' " + " ".join(f"'{ln}'" for ln in func_lines)
-                        + " >> calc.py")
+        code = fo.Shell(
+            "printf '\\n\\n%s\\n%s\\n' " + " ".join(f"'{ln}'" for ln in func_lines) + " >> calc.py"
+        )
     row = f"| {story.topic} | {ref_path(story)} |"
     return [
         fo.Shell(f"cat {prd_rel} && head -20 {RALPH_DIR}/progress.txt"),
         code,
         fo.Shell(f"python3 -c 'import calc; assert {story.check}'"),
         flip,
-        fo.Patch(f"*** Begin Patch\n*** Add File: {ref_path(story)}\n+# {story.topic}\n"
-                 f"+- {story.learning}\n*** End Patch\n"),
-        fo.Patch(f"*** Begin Patch\n*** Update File: {RALPH_DIR}/progress.txt\n@@\n"
-                 f" |---|---|\n+{row}\n*** End Patch\n"),
+        fo.Patch(
+            f"*** Begin Patch\n*** Add File: {ref_path(story)}\n+# {story.topic}\n"
+            f"+- {story.learning}\n*** End Patch\n"
+        ),
+        fo.Patch(
+            f"*** Begin Patch\n*** Update File: {RALPH_DIR}/progress.txt\n@@\n"
+            f" |---|---|\n+{row}\n*** End Patch\n"
+        ),
         fo.Shell(f"cat >> {RALPH_DIR}/progress.txt <<'EOF'\n\n{entry(story)}EOF"),
         fo.Shell(f"git add -A && git commit -q -m 'feat: {story.id} - {story.title}'"),
         fo.Text(final_text(story, stories)),

@@ -12,8 +12,10 @@ from e2e_support import claude_env, ralph_argv, run_pty
 from fake_anthropic import FakeAnthropic
 
 # An earlier run's log, as real projects have: the full arm sends all of it every time.
-OLD = [sp.Story(f"US-0{n}", f"Old story {n}", f"old{n}", "return 0", "True", "Old", "old")
-       for n in range(90, 96)]
+OLD = [
+    sp.Story(f"US-0{n}", f"Old story {n}", f"old{n}", "return 0", "True", "Old", "old")
+    for n in range(90, 96)
+]
 
 
 def _arm(req) -> str:
@@ -26,10 +28,12 @@ def test_ab_full_arm_grows_indexed_arm_stays_flat(tmp_path, cli_home, claude_bin
     repo = sp.make_project(tmp_path / "calc", "claude", history=history)
     out_dir = tmp_path / "ab"
     with FakeAnthropic(sp.claude_script(repo), resolve_story=sp.claude_resolver) as api:
-        code, out = run_pty(ralph_argv("ab", "--tool", "claude", "--parallel",
-                                       "--out", str(out_dir), "5"),
-                            cwd=repo, env=claude_env(cli_home, api.base_url, claude_bin),
-                            timeout=280)
+        code, out = run_pty(
+            ralph_argv("ab", "--tool", "claude", "--parallel", "--out", str(out_dir), "5"),
+            cwd=repo,
+            env=claude_env(cli_home, api.base_url, claude_bin),
+            timeout=280,
+        )
     assert code == 0, out[-3000:]
 
     # The request that opens each CLI session carries the assembled prompt.
@@ -52,13 +56,20 @@ def test_ab_full_arm_grows_indexed_arm_stays_flat(tmp_path, cli_home, claude_bin
 
     # Both arms really did the work, each in its own copy; the user's repo is untouched.
     for arm in ("indexed", "full"):
-        recs = [json.loads(line) for line in (out_dir / arm / "ledger.jsonl").read_text()
-                .splitlines() if '"event": "iteration"' in line]
+        recs = [
+            json.loads(line)
+            for line in (out_dir / arm / "ledger.jsonl").read_text().splitlines()
+            if '"event": "iteration"' in line
+        ]
         assert [(r["story_id"], r["outcome"], r["mode"]) for r in recs] == [
-            (s, "passed", arm) for s in stories]
+            (s, "passed", arm) for s in stories
+        ]
         assert all(r["usage"]["input_tokens"] > 0 and r["cost_usd"] > 0 for r in recs)
         assert all(r["committed"] and r["checks"]["ok"] for r in recs), [
-            r["checks"]["findings"] for r in recs]
-    assert json.loads((repo / sp.RALPH_DIR / "prd.json").read_text())["userStories"][0][
-        "passes"] is False
+            r["checks"]["findings"] for r in recs
+        ]
+    assert (
+        json.loads((repo / sp.RALPH_DIR / "prd.json").read_text())["userStories"][0]["passes"]
+        is False
+    )
     assert (out_dir / "ab-report.md").exists() and (out_dir / "ab-report.json").exists()

@@ -34,8 +34,12 @@ def offline_env(tmp_path, monkeypatch):
             monkeypatch.delenv(key)
     home = tmp_path / "home"
     (home / ".codex").mkdir(parents=True)
-    return {"HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config"),
-            "CODEX_HOME": str(home / ".codex"), "GIT_CONFIG_NOSYSTEM": "1"}
+    return {
+        "HOME": str(home),
+        "XDG_CONFIG_HOME": str(home / ".config"),
+        "CODEX_HOME": str(home / ".codex"),
+        "GIT_CONFIG_NOSYSTEM": "1",
+    }
 
 
 def real_cli(name: str) -> str:
@@ -45,9 +49,16 @@ def real_cli(name: str) -> str:
 
 
 def claude_settings(api, env: dict) -> dict:
-    return {"command": [real_cli("claude")], "env": {
-        **env, "ANTHROPIC_BASE_URL": api.base_url, "ANTHROPIC_API_KEY": "x",
-        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1"}}
+    return {
+        "command": [real_cli("claude")],
+        "env": {
+            **env,
+            "ANTHROPIC_BASE_URL": api.base_url,
+            "ANTHROPIC_API_KEY": "x",
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            "DISABLE_AUTOUPDATER": "1",
+        },
+    }
 
 
 def test_real_claude_through_adapter_and_runner(tmp_path, offline_env):
@@ -58,15 +69,24 @@ def test_real_claude_through_adapter_and_runner(tmp_path, offline_env):
     (work / "notes.txt").write_text("hello notes\n")
     prompt = tmp_path / "prompt.md"
     prompt.write_text("Implement story US-001.\n" + "context line\n" * 20_000)  # ~260 KB
-    script = [ToolUse("Bash", {"command": "echo made > made.txt", "description": "make"},
-                      text="Working."),
-              ToolUse("Read", {"file_path": str(work / "notes.txt")}),
-              Text("Done. " + SENTINEL)]
+    script = [
+        ToolUse(
+            "Bash", {"command": "echo made > made.txt", "description": "make"}, text="Working."
+        ),
+        ToolUse("Read", {"file_path": str(work / "notes.txt")}),
+        Text("Done. " + SENTINEL),
+    ]
     shown: list[str] = []
     with FakeAnthropic({"US-001": script}) as api:
         agent = get_agent("claude", claude_settings(api, offline_env))
-        outcome, result = runner.run_agent(agent, prompt, cwd=work, on_line=shown.append,
-                                           transcript_path=tmp_path / "t.log", wall_timeout=180)
+        outcome, result = runner.run_agent(
+            agent,
+            prompt,
+            cwd=work,
+            on_line=shown.append,
+            transcript_path=tmp_path / "t.log",
+            wall_timeout=180,
+        )
     assert outcome.exit_code == 0, outcome.output[-2000:]
     assert (work / "made.txt").read_text() == "made\n"  # the CLI ran the tool for real
     assert result.final_message == "Done. " + SENTINEL and not result.is_error
@@ -90,8 +110,11 @@ def test_real_claude_429_is_a_limit(tmp_path, offline_env):
 
 
 def codex_settings(api, env: dict) -> dict:
-    return {"command": [real_cli("codex")], "args": api.provider_args(),
-            "env": {**env, "OPENAI_API_KEY": "x"}}
+    return {
+        "command": [real_cli("codex")],
+        "args": api.provider_args(),
+        "env": {**env, "OPENAI_API_KEY": "x"},
+    }
 
 
 def test_real_codex_through_adapter_and_runner(tmp_path, offline_env):
@@ -100,17 +123,18 @@ def test_real_codex_through_adapter_and_runner(tmp_path, offline_env):
     prompt = tmp_path / "prompt.md"
     prompt.write_text("Implement story US-001.\n")
     shown: list[str] = []
-    with FakeOpenAI({"US-001": [Shell("echo made > made.txt"), Text("Done. " + SENTINEL)]},
-                    cached_ratio=0.5) as api:
+    with FakeOpenAI(
+        {"US-001": [Shell("echo made > made.txt"), Text("Done. " + SENTINEL)]}, cached_ratio=0.5
+    ) as api:
         agent = get_agent("codex", codex_settings(api, offline_env))
-        outcome, result = runner.run_agent(agent, prompt, cwd=tmp_path, on_line=shown.append,
-                                           wall_timeout=180)
+        outcome, result = runner.run_agent(
+            agent, prompt, cwd=tmp_path, on_line=shown.append, wall_timeout=180
+        )
     assert outcome.exit_code == 0, outcome.output[-2000:]
     assert (tmp_path / "made.txt").read_text() == "made\n"
     assert result.final_message == "Done. " + SENTINEL and not result.is_error
     assert result.usage.cache_read_tokens > 0
-    assert result.usage.prompt_tokens == sum(r.usage["input_tokens"]
-                                             for r in api.main_requests())
+    assert result.usage.prompt_tokens == sum(r.usage["input_tokens"] for r in api.main_requests())
     assert "assistant: Done. " + SENTINEL in shown
 
 
@@ -133,8 +157,6 @@ def test_real_codex_usage_limit_gives_reset_time(tmp_path, offline_env):
     assert timedelta(hours=2, minutes=58) < delta < timedelta(hours=3, minutes=2), delta
 
 
-
-
 # ---- the real Gemini CLI and opencode, offline -----------------------------------------------
 def npm_cli(name: str) -> str:
     """An installed CLI: $NPM_CLI_BIN, <repo>/.ci/npm, or PATH; else skip."""
@@ -146,8 +168,10 @@ def npm_cli(name: str) -> str:
             return str(Path(folder) / name)
     found = shutil.which(name)
     if not found:
-        pytest.skip(f"{name} CLI not installed (npm: @google/gemini-cli, opencode-ai); "
-                    "set NPM_CLI_BIN to its bin folder")
+        pytest.skip(
+            f"{name} CLI not installed (npm: @google/gemini-cli, opencode-ai); "
+            "set NPM_CLI_BIN to its bin folder"
+        )
     return found
 
 
@@ -160,15 +184,23 @@ def test_real_gemini_through_adapter_and_runner(tmp_path, offline_env):
     prompt = tmp_path / "prompt.md"
     prompt.write_text("Implement story US-001.\n")
     shown: list[str] = []
-    with FakeGemini([Call("run_shell_command", {"command": "echo made > made.txt"}),
-                     Say("Done. " + SENTINEL)]) as api:
-        env = {**offline_env, **gemini_home(tmp_path / "home"),
-               "GOOGLE_GEMINI_BASE_URL": api.base_url}
+    with FakeGemini(
+        [Call("run_shell_command", {"command": "echo made > made.txt"}), Say("Done. " + SENTINEL)]
+    ) as api:
+        env = {
+            **offline_env,
+            **gemini_home(tmp_path / "home"),
+            "GOOGLE_GEMINI_BASE_URL": api.base_url,
+        }
         agent = get_agent("gemini", {"command": [exe], "env": env, "model": "gemini-2.5-pro"})
-        outcome, result = runner.run_agent(agent, prompt, cwd=work, on_line=shown.append,
-                                           wall_timeout=180)
-        texts = [part.get("text", "") for c in api.main_requests()[0].body["contents"]
-                 for part in c.get("parts", [])]
+        outcome, result = runner.run_agent(
+            agent, prompt, cwd=work, on_line=shown.append, wall_timeout=180
+        )
+        texts = [
+            part.get("text", "")
+            for c in api.main_requests()[0].body["contents"]
+            for part in c.get("parts", [])
+        ]
         first = next(x for x in texts if "US-001" in x)
     assert outcome.exit_code == 0, outcome.output[-2000:]
     # stdin and the -p instruction arrive as one user message, the prompt first.
@@ -189,8 +221,11 @@ def test_real_gemini_daily_quota_is_a_limit(tmp_path, offline_env):
     prompt = tmp_path / "prompt.md"
     prompt.write_text("Implement story US-001.\n")
     with FakeGemini([Quota()]) as api:
-        env = {**offline_env, **gemini_home(tmp_path / "home"),
-               "GOOGLE_GEMINI_BASE_URL": api.base_url}
+        env = {
+            **offline_env,
+            **gemini_home(tmp_path / "home"),
+            "GOOGLE_GEMINI_BASE_URL": api.base_url,
+        }
         agent = get_agent("gemini", {"command": [exe], "env": env, "model": "gemini-2.5-pro"})
         outcome, result = runner.run_agent(agent, prompt, cwd=tmp_path, wall_timeout=180)
     assert outcome.timed_out is None and result.is_error
@@ -208,32 +243,51 @@ def test_real_opencode_through_adapter_and_runner(tmp_path, offline_env):
     prompt = tmp_path / "prompt.md"
     prompt.write_text("Implement story US-001.\n")
     shown: list[str] = []
-    script = [ToolUse("bash", {"command": "echo made > made.txt", "description": "make"},
-                      text="Working."), Text("Done. " + SENTINEL)]
+    script = [
+        ToolUse(
+            "bash", {"command": "echo made > made.txt", "description": "make"}, text="Working."
+        ),
+        Text("Done. " + SENTINEL),
+    ]
     with FakeAnthropic({"US-001": script}) as api:
         # opencode speaks to any Anthropic-compatible endpoint through a custom provider.
-        config = {"provider": {"fake": {
-            "npm": "@ai-sdk/anthropic", "name": "Fake",
-            "options": {"baseURL": api.base_url + "/v1", "apiKey": "x"},
-            "models": {"claude-opus-4-8": {"name": "fake opus"}}}},
-            "model": "fake/claude-opus-4-8", "small_model": "fake/claude-opus-4-8",
-            "share": "disabled", "autoupdate": False}
+        config = {
+            "provider": {
+                "fake": {
+                    "npm": "@ai-sdk/anthropic",
+                    "name": "Fake",
+                    "options": {"baseURL": api.base_url + "/v1", "apiKey": "x"},
+                    "models": {"claude-opus-4-8": {"name": "fake opus"}},
+                }
+            },
+            "model": "fake/claude-opus-4-8",
+            "small_model": "fake/claude-opus-4-8",
+            "share": "disabled",
+            "autoupdate": False,
+        }
         (home / ".config" / "opencode").mkdir(parents=True, exist_ok=True)
         (home / ".config" / "opencode" / "opencode.json").write_text(json.dumps(config))
-        env = {**offline_env, "XDG_DATA_HOME": str(home / "data"),
-               "XDG_CACHE_HOME": str(home / "cache"), "XDG_STATE_HOME": str(home / "state"),
-               "OPENCODE_DISABLE_MODELS_FETCH": "1", "OPENCODE_DISABLE_AUTOUPDATE": "1"}
+        env = {
+            **offline_env,
+            "XDG_DATA_HOME": str(home / "data"),
+            "XDG_CACHE_HOME": str(home / "cache"),
+            "XDG_STATE_HOME": str(home / "state"),
+            "OPENCODE_DISABLE_MODELS_FETCH": "1",
+            "OPENCODE_DISABLE_AUTOUPDATE": "1",
+        }
         agent = get_agent("opencode", {"command": [exe], "env": env})
-        outcome, result = runner.run_agent(agent, prompt, cwd=work, on_line=shown.append,
-                                           wall_timeout=240)
+        outcome, result = runner.run_agent(
+            agent, prompt, cwd=work, on_line=shown.append, wall_timeout=240
+        )
     assert outcome.exit_code == 0, outcome.output[-2000:]
     assert (work / "made.txt").read_text() == "made\n"  # in the agent's folder (PWD!)
     assert result.final_message == "Done. " + SENTINEL and not result.is_error
     assert result.num_turns == 2 and result.usage.input_tokens > 0
-    assert shown == ["assistant: Working.", "⏺ Bash: echo made > made.txt",
-                     "assistant: Done. " + SENTINEL]
-
-
+    assert shown == [
+        "assistant: Working.",
+        "⏺ Bash: echo made > made.txt",
+        "assistant: Done. " + SENTINEL,
+    ]
 
 
 def test_real_amp_accepts_the_adapters_flags(tmp_path, offline_env):

@@ -12,16 +12,27 @@ from pathlib import Path
 from e2e_support import claude_env, commit_subjects, init_repo, json_lines, run_pty
 from fake_anthropic import Fail, FailFirst, FakeAnthropic, Text, ToolUse
 
-CLAUDE_ARGS = ["-p", "--output-format", "stream-json", "--verbose",
-               "--dangerously-skip-permissions"]
+CLAUDE_ARGS = [
+    "-p",
+    "--output-format",
+    "stream-json",
+    "--verbose",
+    "--dangerously-skip-permissions",
+]
 PRD = {
     "project": "Demo",
     "branchName": "ralph/demo",
     "description": "demo",
     "userStories": [
-        {"id": "US-001", "title": "Add greeting module", "description": "greet()",
-         "acceptanceCriteria": ["greet() returns Hello"], "priority": 1, "passes": False,
-         "notes": ""},
+        {
+            "id": "US-001",
+            "title": "Add greeting module",
+            "description": "greet()",
+            "acceptanceCriteria": ["greet() returns Hello"],
+            "priority": 1,
+            "passes": False,
+            "notes": "",
+        },
     ],
 }
 HEADER = "# Ralph Progress Log\nStarted: Mon Nov 30 2026\n---\n"
@@ -34,22 +45,38 @@ def _story_script(repo: Path) -> list:
     return [
         ToolUse("Read", {"file_path": str(repo / "prd.json")}, text="Reading the PRD."),
         ToolUse("Read", {"file_path": str(repo / "progress.txt")}),
-        ToolUse("Write", {"file_path": str(repo / "greet.py"),
-                          "content": "def greet():\n    return 'Hello'\n"}),
-        ToolUse("Bash", {"command": "git add -A && git commit -q -m 'feat: US-001 - Add "
-                         "greeting module' && git log --oneline | head -1",
-                         "description": "Commit"}),
-        ToolUse("Edit", {"file_path": str(repo / "prd.json"), "old_string": '"passes": false',
-                         "new_string": '"passes": true'}),
-        ToolUse("Bash", {"command": f"printf '{entry}' >> progress.txt",
-                         "description": "Append progress"}),
+        ToolUse(
+            "Write",
+            {"file_path": str(repo / "greet.py"), "content": "def greet():\n    return 'Hello'\n"},
+        ),
+        ToolUse(
+            "Bash",
+            {
+                "command": "git add -A && git commit -q -m 'feat: US-001 - Add "
+                "greeting module' && git log --oneline | head -1",
+                "description": "Commit",
+            },
+        ),
+        ToolUse(
+            "Edit",
+            {
+                "file_path": str(repo / "prd.json"),
+                "old_string": '"passes": false',
+                "new_string": '"passes": true',
+            },
+        ),
+        ToolUse(
+            "Bash",
+            {"command": f"printf '{entry}' >> progress.txt", "description": "Append progress"},
+        ),
         Text("US-001 is done. <promise>COMPLETE</promise>"),
     ]
 
 
 def _repo(tmp_path: Path) -> Path:
-    return init_repo(tmp_path / "demo", {"prd.json": json.dumps(PRD, indent=2) + "\n",
-                                         "progress.txt": HEADER})
+    return init_repo(
+        tmp_path / "demo", {"prd.json": json.dumps(PRD, indent=2) + "\n", "progress.txt": HEADER}
+    )
 
 
 def test_claude_runs_a_story_against_the_scripted_api(tmp_path, cli_home, claude_bin):
@@ -57,8 +84,12 @@ def test_claude_runs_a_story_against_the_scripted_api(tmp_path, cli_home, claude
     prompt = tmp_path / "prompt.md"
     prompt.write_text("Implement story US-001 from prd.json.\n")
     with FakeAnthropic({"US-001": _story_script(repo)}) as api:
-        code, out = run_pty([claude_bin, *CLAUDE_ARGS], cwd=repo, stdin_path=prompt,
-                            env=claude_env(cli_home, api.base_url, claude_bin))
+        code, out = run_pty(
+            [claude_bin, *CLAUDE_ARGS],
+            cwd=repo,
+            stdin_path=prompt,
+            env=claude_env(cli_home, api.base_url, claude_bin),
+        )
     lines = json_lines(out)
     result = lines[-1]
     assert code == 0, out[-2000:]
@@ -71,8 +102,9 @@ def test_claude_runs_a_story_against_the_scripted_api(tmp_path, cli_home, claude
     assert (repo / "greet.py").read_text() == "def greet():\n    return 'Hello'\n"
     assert commit_subjects(repo) == ["feat: US-001 - Add greeting module", "initial"]
     assert json.loads((repo / "prd.json").read_text())["userStories"][0]["passes"] is True
-    assert (repo / "progress.txt").read_text() == HEADER + "## 2026-11-30 - US-001\n" \
-        "- Added greet.py\n---\n"
+    assert (
+        repo / "progress.txt"
+    ).read_text() == HEADER + "## 2026-11-30 - US-001\n- Added greet.py\n---\n"
 
     # One session, seven main-model calls; each carries the previous tool's real output.
     reqs = api.main_requests()
@@ -96,8 +128,12 @@ def test_claude_reports_an_api_429_on_its_result_line(tmp_path, cli_home, claude
     prompt = tmp_path / "prompt.md"
     prompt.write_text("Implement story US-001.\n")
     with FakeAnthropic({"US-001": [Fail(retry_after=30)]}) as api:
-        code, out = run_pty([claude_bin, *CLAUDE_ARGS], cwd=repo, stdin_path=prompt,
-                            env=claude_env(cli_home, api.base_url, claude_bin))
+        code, out = run_pty(
+            [claude_bin, *CLAUDE_ARGS],
+            cwd=repo,
+            stdin_path=prompt,
+            env=claude_env(cli_home, api.base_url, claude_bin),
+        )
     result = json_lines(out)[-1]
     assert code == 1
     assert result["is_error"] is True and result["api_error_status"] == 429
@@ -111,8 +147,12 @@ def test_claude_retries_a_retryable_429_by_itself(tmp_path, cli_home, claude_bin
     prompt.write_text("Say hello for US-001.\n")
     turn = FailFirst(1, Text("hello"), Fail(retry_after=1, should_retry=True))
     with FakeAnthropic({"US-001": [turn]}) as api:
-        code, out = run_pty([claude_bin, *CLAUDE_ARGS], cwd=repo, stdin_path=prompt,
-                            env=claude_env(cli_home, api.base_url, claude_bin))
+        code, out = run_pty(
+            [claude_bin, *CLAUDE_ARGS],
+            cwd=repo,
+            stdin_path=prompt,
+            env=claude_env(cli_home, api.base_url, claude_bin),
+        )
     result = json_lines(out)[-1]
     assert code == 0 and result["is_error"] is False and result["result"] == "hello"
     reqs = api.main_requests()

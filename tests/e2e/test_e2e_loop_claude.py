@@ -44,8 +44,11 @@ def _leak_key(story: sp.Story, turns: list) -> list:
     # The agent prints its API key (a tool result in its stream-json output).
     if story.id != "US-001":
         return turns
-    return [turns[0], ToolUse("Bash", {"command": "printenv ANTHROPIC_API_KEY",
-                                       "description": "env"}), *turns[1:]]
+    return [
+        turns[0],
+        ToolUse("Bash", {"command": "printenv ANTHROPIC_API_KEY", "description": "env"}),
+        *turns[1:],
+    ]
 
 
 def test_three_stories_end_to_end(tmp_path, cli_home, claude_bin):
@@ -53,8 +56,9 @@ def test_three_stories_end_to_end(tmp_path, cli_home, claude_bin):
     script = sp.claude_script(repo, edit=_leak_key)
     with FakeAnthropic(script, resolve_story=sp.claude_resolver, cache_read_ratio=0.25) as api:
         env = dict(claude_env(cli_home, api.base_url, claude_bin), ANTHROPIC_API_KEY=SECRET)
-        code, out = run_pty(ralph_argv("run", "--tool", "claude", "5"), cwd=repo, env=env,
-                            timeout=240)
+        code, out = run_pty(
+            ralph_argv("run", "--tool", "claude", "5"), cwd=repo, env=env, timeout=240
+        )
     assert code == 0, out[-3000:]
     assert "Ralph completed all tasks!" in out
     # The CLI resets terminal modes on exit; that must not reach the user's screen as junk.
@@ -69,9 +73,12 @@ def test_three_stories_end_to_end(tmp_path, cli_home, claude_bin):
     assert '"stdout":"[REDACTED]"' in first  # the line is kept, the secret is not
 
     # The work: code, commits, prd.json, references, index rows, progress entries.
-    assert commit_subjects(repo) == ["feat: US-003 - Add multiplication",
-                                     "feat: US-002 - Add subtraction",
-                                     "feat: US-001 - Add addition", "initial"]
+    assert commit_subjects(repo) == [
+        "feat: US-003 - Add multiplication",
+        "feat: US-002 - Add subtraction",
+        "feat: US-001 - Add addition",
+        "initial",
+    ]
     assert _prd_passes(repo) == [True, True, True]
     calc = (repo / "calc.py").read_text()
     assert all(f"def {s.func}(a, b):" in calc for s in sp.STORIES)
@@ -89,24 +96,33 @@ def test_three_stories_end_to_end(tmp_path, cli_home, claude_bin):
     # The ledger: agent-reported usage and cost from the CLI's real result line, checks ok.
     recs = iterations(read_ledger(repo))
     assert [(r["story_id"], r["outcome"]) for r in recs] == [
-        ("US-001", "passed"), ("US-002", "passed"), ("US-003", "passed")]
+        ("US-001", "passed"),
+        ("US-002", "passed"),
+        ("US-003", "passed"),
+    ]
     for rec, reqs in zip(recs, sessions.values(), strict=True):
         result = _result_line(repo, rec)
         sent_in = sum(r.usage["input_tokens"] for r in reqs)
         sent_cache = sum(r.usage["cache_read_input_tokens"] for r in reqs)
         sent_out = sum(r.usage["output_tokens"] for r in reqs)
-        assert rec["usage"] == {"input_tokens": sent_in, "output_tokens": sent_out,
-                                "cache_read_tokens": sent_cache, "cache_write_tokens": 0}
+        assert rec["usage"] == {
+            "input_tokens": sent_in,
+            "output_tokens": sent_out,
+            "cache_read_tokens": sent_cache,
+            "cache_write_tokens": 0,
+        }
         assert result["usage"]["input_tokens"] == sent_in and sent_cache > 0
         assert rec["cost_usd"] == result["total_cost_usd"] > 0
         assert rec["agent"] == "claude" and rec["committed"] is True
         assert rec["checks"]["ok"] is True and rec["checks"]["findings"] == []
-        assert rec["checks"]["updated_references"] == [sp.ref_path(sp.story_by_id(
-            rec["story_id"]))]
+        assert rec["checks"]["updated_references"] == [sp.ref_path(sp.story_by_id(rec["story_id"]))]
     # Cost: the CLI prices fresh input, cache reads (a tenth) and output itself.
     first = recs[0]["usage"]
-    expected = (first["input_tokens"] * PRICE_IN + first["cache_read_tokens"] * PRICE_IN / 10
-                + first["output_tokens"] * PRICE_OUT)
+    expected = (
+        first["input_tokens"] * PRICE_IN
+        + first["cache_read_tokens"] * PRICE_IN / 10
+        + first["output_tokens"] * PRICE_OUT
+    )
     assert abs(recs[0]["cost_usd"] - expected) < 1e-6
     assert recs[-1]["completion"] == "complete"
     end = read_ledger(repo)[-1]
@@ -118,8 +134,10 @@ def test_three_stories_end_to_end(tmp_path, cli_home, claude_bin):
     assert code == 0, status
     assert "stories: 3/3 passed" in status and "index 3 rows" in status
     assert f"${end['totals']['cost_usd']:.2f}" in status
-    print("\nrequest bytes per iteration (first request of each session):",
-          [(reqs[0].story_id, reqs[0].size) for reqs in sessions.values()])
+    print(
+        "\nrequest bytes per iteration (first request of each session):",
+        [(reqs[0].story_id, reqs[0].size) for reqs in sessions.values()],
+    )
 
 
 def test_a_429_makes_the_loop_wait_and_retry_the_story(tmp_path, cli_home, claude_bin):
@@ -137,8 +155,7 @@ def test_a_429_makes_the_loop_wait_and_retry_the_story(tmp_path, cli_home, claud
     assert "429" in waits[0]["raw"] and waits[0]["waited_s"] >= 1  # limits.fallback_wait
     recs = iterations(ledger)
     # The wait is not an iteration: one iteration, passed on its second attempt.
-    assert [(r["story_id"], r["outcome"], r["attempts"]) for r in recs] == [
-        ("US-001", "passed", 2)]
+    assert [(r["story_id"], r["outcome"], r["attempts"]) for r in recs] == [("US-001", "passed", 2)]
     reqs = api.main_requests("US-001")
     assert reqs[0].status == 429 and {r.status for r in reqs[1:]} == {200}
     assert reqs[1].at - reqs[0].at >= 1
@@ -158,7 +175,9 @@ def test_a_hung_api_hits_the_idle_timeout(tmp_path, cli_home, claude_bin):
     assert code == 0, out[-3000:]
     recs = iterations(read_ledger(repo))
     assert [(r["story_id"], r["outcome"], r["timed_out"]) for r in recs] == [
-        ("US-001", "timeout", "idle"), ("US-001", "passed", None)]
+        ("US-001", "timeout", "idle"),
+        ("US-001", "passed", None),
+    ]
     assert 8 <= recs[0]["duration_s"] < 40
     assert [r.played for r in api.main_requests()][:2] == ["hang", "tool_use:Read"]
     assert _prd_passes(repo) == [True]
@@ -172,8 +191,7 @@ def test_false_completion_and_truncated_history(tmp_path, cli_home, claude_bin):
     repo = sp.make_project(tmp_path / "calc", "claude", stories=stories)
     turns = sp.claude_scripts(repo, stories)
     turns["US-001"][-1] = Text("All done! <promise>COMPLETE</promise>")
-    turns["US-002"] = sp.claude_turns(repo, stories[1], stories=stories,
-                                      truncate_progress=True)
+    turns["US-002"] = sp.claude_turns(repo, stories[1], stories=stories, truncate_progress=True)
     # The last story ends without the sentinel: prd.json alone says the work is done.
     turns["US-002"][-1] = Text("US-002 done.")
     with FakeAnthropic(turns, resolve_story=sp.claude_resolver) as api:
@@ -182,7 +200,9 @@ def test_false_completion_and_truncated_history(tmp_path, cli_home, claude_bin):
     assert "false completion" in out
     recs = iterations(read_ledger(repo))
     assert [(r["story_id"], r["outcome"], r["completion"]) for r in recs] == [
-        ("US-001", "passed", "false"), ("US-002", "passed", None)]
+        ("US-001", "passed", "false"),
+        ("US-002", "passed", None),
+    ]
     assert "Ralph completed all tasks!" in out
     assert len(api.sessions()) == 2
     assert _prd_passes(repo) == [True, True]
@@ -213,5 +233,7 @@ def test_a_sentinel_with_no_work_ends_on_max_iterations(tmp_path, cli_home, clau
     assert "max iterations" in out
     recs = iterations(read_ledger(repo))
     assert [(r["story_id"], r["outcome"], r["completion"]) for r in recs] == [
-        ("US-001", "no_progress", "false"), ("US-001", "no_progress", "false")]
+        ("US-001", "no_progress", "false"),
+        ("US-001", "no_progress", "false"),
+    ]
     assert _prd_passes(repo) == [False]

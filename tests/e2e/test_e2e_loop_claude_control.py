@@ -29,15 +29,21 @@ def _prd_passes(repo: Path) -> list[bool]:
 
 def test_a_server_error_is_retried_with_backoff(tmp_path, cli_home, claude_bin):
     stories = sp.STORIES[:1]
-    repo = sp.make_project(tmp_path / "calc", "claude", stories=stories,
-                           retries={"transient": 2, "backoff": 1})
+    repo = sp.make_project(
+        tmp_path / "calc", "claude", stories=stories, retries={"transient": 2, "backoff": 1}
+    )
     turns = sp.claude_scripts(repo, stories)
-    error = Fail(status=500, error_type="api_error", message="Internal server error",
-                 retry_after=None)
+    error = Fail(
+        status=500, error_type="api_error", message="Internal server error", retry_after=None
+    )
     turns["US-001"][0] = FailFirst(1, turns["US-001"][0], error)
     with FakeAnthropic(turns, resolve_story=sp.claude_resolver) as api:
-        code, out = run_pty(ralph_argv("run", "3"), cwd=repo, timeout=240,
-                            env=claude_env(cli_home, api.base_url, claude_bin))
+        code, out = run_pty(
+            ralph_argv("run", "3"),
+            cwd=repo,
+            timeout=240,
+            env=claude_env(cli_home, api.base_url, claude_bin),
+        )
     assert code == 0, out[-3000:]
     ledger = read_ledger(repo)
     [retry] = [r for r in ledger if r["event"] == "transient_retry"]
@@ -51,8 +57,12 @@ def test_a_server_error_is_retried_with_backoff(tmp_path, cli_home, claude_bin):
 def test_the_cost_budget_stops_the_run(tmp_path, cli_home, claude_bin):
     repo = sp.make_project(tmp_path / "calc", "claude")
     with FakeAnthropic(sp.claude_script(repo), resolve_story=sp.claude_resolver) as api:
-        code, out = run_pty(ralph_argv("run", "--budget-usd", "0.01", "5"), cwd=repo,
-                            timeout=240, env=claude_env(cli_home, api.base_url, claude_bin))
+        code, out = run_pty(
+            ralph_argv("run", "--budget-usd", "0.01", "5"),
+            cwd=repo,
+            timeout=240,
+            env=claude_env(cli_home, api.base_url, claude_bin),
+        )
     assert code == 3, out[-3000:]  # budget exhausted
     ledger = read_ledger(repo)
     recs = iterations(ledger)
@@ -71,9 +81,15 @@ def test_ctrl_c_stops_the_agent_and_records_the_iteration(tmp_path, cli_home, cl
     turns["US-001"][1] = Hang(120)  # the agent is waiting on the API when Ctrl-C comes
     with FakeAnthropic(turns, resolve_story=sp.claude_resolver) as api:
         argv = ralph_argv("run", "3")
-        child = pexpect.spawn(argv[0], argv[1:], cwd=str(repo), timeout=120,
-                              env=claude_env(cli_home, api.base_url, claude_bin),
-                              encoding="utf-8", codec_errors="replace")
+        child = pexpect.spawn(
+            argv[0],
+            argv[1:],
+            cwd=str(repo),
+            timeout=120,
+            env=claude_env(cli_home, api.base_url, claude_bin),
+            encoding="utf-8",
+            codec_errors="replace",
+        )
         deadline = time.monotonic() + 90
         while not [r for r in api.main_requests() if r.played == "hang"]:
             assert time.monotonic() < deadline, child.before

@@ -39,8 +39,12 @@ def _events(root: Path, name: str) -> list[dict]:
 
 
 def test_idle_timeout_is_recorded_and_the_loop_goes_on(tmp_path: Path) -> None:
-    root = make_project(tmp_path / "p", 2, config={"timeouts": {"idle": 10, "iteration": 120}},
-                        sim_env={"RALPH_SIM_FAULT": "hang", "RALPH_SIM_FAULT_TIMES": "1"})
+    root = make_project(
+        tmp_path / "p",
+        2,
+        config={"timeouts": {"idle": 10, "iteration": 120}},
+        sim_env={"RALPH_SIM_FAULT": "hang", "RALPH_SIM_FAULT_TIMES": "1"},
+    )
     start = time.monotonic()
     out = ralph(root, "run", "--tool", "sim", "3")
     assert out.returncode == 0, out.stdout + out.stderr
@@ -60,14 +64,19 @@ def test_wall_timeout(tmp_path: Path) -> None:
 
 
 def test_crash_retries_then_stuck_exit_4(tmp_path: Path) -> None:
-    root = make_project(tmp_path / "p", 2, config={"retries": {"transient": 2, "backoff": 0},
-                                                   "stuck_after": 2},
-                        sim_env={"RALPH_SIM_FAULT": "crash"})
+    root = make_project(
+        tmp_path / "p",
+        2,
+        config={"retries": {"transient": 2, "backoff": 0}, "stuck_after": 2},
+        sim_env={"RALPH_SIM_FAULT": "crash"},
+    )
     out = ralph(root, "run", "--tool", "sim", "10")
     assert out.returncode == 4, out.stdout + out.stderr
-    assert "stuck: 2 iterations in a row with no story passed, no commit and no file changed" \
+    assert (
+        "stuck: 2 iterations in a row with no story passed, no commit and no file changed"
         in out.stderr
-    assert "exit 2" in out.stderr                   # what was seen: the agent's exit code
+    )
+    assert "exit 2" in out.stderr  # what was seen: the agent's exit code
     its = iterations(root)
     assert [r["outcome"] for r in its] == ["failed", "failed"]
     assert all(r["attempts"] == 3 for r in its)
@@ -76,8 +85,12 @@ def test_crash_retries_then_stuck_exit_4(tmp_path: Path) -> None:
 
 
 def test_transient_error_retried_once_then_passes(tmp_path: Path) -> None:
-    root = make_project(tmp_path / "p", 1, config={"retries": {"transient": 3, "backoff": 0}},
-                        sim_env={"RALPH_SIM_FAULT": "transient", "RALPH_SIM_FAULT_TIMES": "1"})
+    root = make_project(
+        tmp_path / "p",
+        1,
+        config={"retries": {"transient": 3, "backoff": 0}},
+        sim_env={"RALPH_SIM_FAULT": "transient", "RALPH_SIM_FAULT_TIMES": "1"},
+    )
     out = ralph(root, "run", "--tool", "sim")
     assert out.returncode == 0, out.stdout + out.stderr
     [retry] = _events(root, "transient_retry")
@@ -87,9 +100,15 @@ def test_transient_error_retried_once_then_passes(tmp_path: Path) -> None:
 
 
 def test_usage_limit_waits_for_reset_then_retries_same_story(tmp_path: Path) -> None:
-    root = make_project(tmp_path / "p", 2, sim_env={
-        "RALPH_SIM_FAULT": "limit-event", "RALPH_SIM_FAULT_TIMES": "1",
-        "RALPH_SIM_LIMIT_RESET": "2"})
+    root = make_project(
+        tmp_path / "p",
+        2,
+        sim_env={
+            "RALPH_SIM_FAULT": "limit-event",
+            "RALPH_SIM_FAULT_TIMES": "1",
+            "RALPH_SIM_LIMIT_RESET": "2",
+        },
+    )
     out = ralph(root, "run", "--tool", "sim", "2")
     assert out.returncode == 0, out.stdout + out.stderr
     assert "usage limit" in out.stdout and "waiting" in out.stdout
@@ -97,12 +116,18 @@ def test_usage_limit_waits_for_reset_then_retries_same_story(tmp_path: Path) -> 
     assert wait["story_id"] == "US-001" and wait["reset_at"] and wait["waited_s"] <= 10
     # The wait was not an iteration: two iterations did the two stories within max 2.
     assert [(r["iteration"], r["story_id"], r["outcome"]) for r in iterations(root)] == [
-        (1, "US-001", "passed"), (2, "US-002", "passed")]
+        (1, "US-001", "passed"),
+        (2, "US-002", "passed"),
+    ]
 
 
 def test_limit_without_reset_time_uses_fallback_wait(tmp_path: Path) -> None:
-    root = make_project(tmp_path / "p", 1, config={"limits": {"fallback_wait": 1}},
-                        sim_env={"RALPH_SIM_FAULT": "limit-429", "RALPH_SIM_FAULT_TIMES": "1"})
+    root = make_project(
+        tmp_path / "p",
+        1,
+        config={"limits": {"fallback_wait": 1}},
+        sim_env={"RALPH_SIM_FAULT": "limit-429", "RALPH_SIM_FAULT_TIMES": "1"},
+    )
     out = ralph(root, "run", "--tool", "sim")
     assert out.returncode == 0, out.stdout + out.stderr
     [wait] = _events(root, "limit_wait")
@@ -110,8 +135,12 @@ def test_limit_without_reset_time_uses_fallback_wait(tmp_path: Path) -> None:
 
 
 def test_limit_beyond_max_wait_stops_with_exit_3(tmp_path: Path) -> None:
-    root = make_project(tmp_path / "p", 1, config={"limits": {"max_wait": 30}},
-                        sim_env={"RALPH_SIM_FAULT": "limit-text"})
+    root = make_project(
+        tmp_path / "p",
+        1,
+        config={"limits": {"max_wait": 30}},
+        sim_env={"RALPH_SIM_FAULT": "limit-text"},
+    )
     out = ralph(root, "run", "--tool", "sim")
     assert out.returncode == 3, out.stdout + out.stderr
     assert "limits.max_wait" in out.stderr
@@ -124,7 +153,7 @@ def test_lost_history_restored_and_checks_policies(tmp_path: Path) -> None:
     out = ralph(root, "run", "--tool", "sim", "--checks", "retry")
     assert out.returncode == 0, out.stdout + out.stderr
     progress = (root / "scripts/ralph/progress.txt").read_text()
-    assert "US-001" in progress and "US-002" in progress       # history restored
+    assert "US-001" in progress and "US-002" in progress  # history restored
     its = iterations(root)
     assert its[1]["checks"]["restored"] and not its[1]["checks"]["ok"]
     assert "check (history_lost)" in out.stdout
@@ -157,20 +186,30 @@ def test_no_progress_loop_is_stopped(tmp_path: Path) -> None:
 
 
 def _spawn(root: Path, *args: str) -> pexpect.spawn:
-    return pexpect.spawn(RALPH[0], [*RALPH[1:], "run", *args], cwd=str(root), env=env(),
-                         encoding="utf-8", timeout=90, dimensions=(40, 200))
+    return pexpect.spawn(
+        RALPH[0],
+        [*RALPH[1:], "run", *args],
+        cwd=str(root),
+        env=env(),
+        encoding="utf-8",
+        timeout=90,
+        dimensions=(40, 200),
+    )
 
 
 def test_ctrl_c_interrupts_records_and_keeps_files_intact(tmp_path: Path) -> None:
-    root = make_project(tmp_path / "p", 2, sim_env={"RALPH_SIM_FAULT": "hang-after-output",
-                                                    "RALPH_SIM_FAULT_TIMES": "1"})
+    root = make_project(
+        tmp_path / "p",
+        2,
+        sim_env={"RALPH_SIM_FAULT": "hang-after-output", "RALPH_SIM_FAULT_TIMES": "1"},
+    )
     rd = root / "scripts/ralph"
     (rd / "progress.txt").write_text("# Ralph Progress Log\nStarted: x\n---\n")
     (rd / ".last-branch").write_text("ralph/demo\n")
     before = {p.name: p.read_bytes() for p in rd.iterdir() if p.is_file()}
     child = _spawn(root, "--tool", "sim")
-    child.expect("Read ")                      # the agent is at work (then hangs)
-    child.sendintr()                           # a real Ctrl-C on the terminal
+    child.expect("Read ")  # the agent is at work (then hangs)
+    child.sendintr()  # a real Ctrl-C on the terminal
     child.expect(pexpect.EOF)
     child.close()
     assert child.exitstatus == 130
@@ -227,8 +266,15 @@ def test_sigterm_ends_the_agent_and_records_the_iteration(tmp_path: Path) -> Non
 
 def test_sim_run_to_completion_on_a_tty(tmp_path: Path) -> None:
     root = make_project(tmp_path / "p", 4, sim_args=["--delay", "0.3"])
-    child = pexpect.spawn(RALPH[0], [*RALPH[1:], "run", "--tool", "sim", "10"], cwd=str(root),
-                          env=env(), encoding="utf-8", timeout=120, dimensions=(40, 200))
+    child = pexpect.spawn(
+        RALPH[0],
+        [*RALPH[1:], "run", "--tool", "sim", "10"],
+        cwd=str(root),
+        env=env(),
+        encoding="utf-8",
+        timeout=120,
+        dimensions=(40, 200),
+    )
     child.expect(r"Ralph Iteration 1 of 10 \(sim\)")
     # The live status line: story, iteration i/N, stories passed x/y, elapsed.
     child.expect(r"US-001 · iteration 1/10 · stories 0/4 passed · \d+s")
@@ -246,10 +292,10 @@ def test_sim_run_to_completion_on_a_tty(tmp_path: Path) -> None:
         assert set(r) >= LEDGER_FIELDS, LEDGER_FIELDS - set(r)
         assert r["usage"]["input_tokens"] > 0 and r["cost_usd"] > 0
         assert r["prompt_tokens"] > 0 and r["saved_tokens"] == (
-            r["full_history_tokens"] - r["prompt_tokens"])
+            r["full_history_tokens"] - r["prompt_tokens"]
+        )
         transcript = root / r["transcript"]
-        assert transcript.is_file() and '"type":"result"' in transcript.read_text().replace(
-            " ", "")
+        assert transcript.is_file() and '"type":"result"' in transcript.read_text().replace(" ", "")
     events = [r["event"] for r in ledger(root)]
     assert events[0] == "run_start" and events[-1] == "run_end"
     # One commit per story, made by the agent.
@@ -257,8 +303,11 @@ def test_sim_run_to_completion_on_a_tty(tmp_path: Path) -> None:
 
 
 def test_false_completion_is_ignored_and_the_loop_goes_on(tmp_path: Path) -> None:
-    root = make_project(tmp_path / "p", 3, sim_env={"RALPH_SIM_FAULT": "early-sentinel",
-                                                    "RALPH_SIM_FAULT_STORY": "US-001"})
+    root = make_project(
+        tmp_path / "p",
+        3,
+        sim_env={"RALPH_SIM_FAULT": "early-sentinel", "RALPH_SIM_FAULT_STORY": "US-001"},
+    )
     out = ralph(root, "run", "--tool", "sim")
     assert out.returncode == 0, out.stderr
     assert "false completion" in out.stdout
@@ -271,8 +320,10 @@ def test_false_completion_is_ignored_and_the_loop_goes_on(tmp_path: Path) -> Non
 def test_echoed_sentinel_in_output_does_not_complete(tmp_path: Path) -> None:
     root = make_project(tmp_path / "p", 2, sim_env={"RALPH_SIM_FAULT": "echo-prompt,noop"})
     (root / "scripts/ralph/prd.json").write_text(
-        (root / "scripts/ralph/prd.json").read_text().replace(
-            "feature 1 works", "reply <promise>COMPLETE</promise> when all done"))
+        (root / "scripts/ralph/prd.json")
+        .read_text()
+        .replace("feature 1 works", "reply <promise>COMPLETE</promise> when all done")
+    )
     out = ralph(root, "run", "--tool", "sim", "2", "--stuck-after", "5")
     assert out.returncode == 1, out.stdout + out.stderr
     assert all(r["completion"] is None for r in iterations(root))
@@ -290,8 +341,9 @@ def test_recipe_box_example_if_present(tmp_path: Path) -> None:
     git(root, "add", "-A")
     git(root, "commit", "-q", "-m", "init")
     total = len(json.loads((root / "scripts/ralph/prd.json").read_text())["userStories"])
-    out = ralph(root, "run", "--tool", "sim", "--mode", "indexed", "-q", str(total + 2),
-                timeout=900)
+    out = ralph(
+        root, "run", "--tool", "sim", "--mode", "indexed", "-q", str(total + 2), timeout=900
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr
     its = iterations(root)
     assert len(its) == total and all(r["outcome"] == "passed" for r in its)

@@ -31,8 +31,10 @@ from pathlib import Path
 
 # name -> (required argv words, where the prompt comes from)
 RULES: dict[str, tuple[list[str], str]] = {
-    "claude": (["-p", "--output-format", "stream-json", "--verbose",
-                "--dangerously-skip-permissions"], "stdin"),
+    "claude": (
+        ["-p", "--output-format", "stream-json", "--verbose", "--dangerously-skip-permissions"],
+        "stdin",
+    ),
     "amp": (["-x", "--stream-json", "--dangerously-allow-all"], "stdin"),
     "codex": (["exec", "--json", "--skip-git-repo-check"], "stdin"),
     "gemini": (["--output-format", "--approval-mode=yolo", "-p"], "stdin"),
@@ -55,8 +57,10 @@ def check_call(name: str, argv: list[str]) -> None:
         if "--output-format" in argv and "--verbose" not in argv:
             fail("Error: When using --print, --output-format=stream-json requires --verbose")
         if os.geteuid() == 0 and os.environ.get("IS_SANDBOX") != "1":
-            fail("--dangerously-skip-permissions cannot be used with root/sudo privileges "
-                 "for security reasons")
+            fail(
+                "--dangerously-skip-permissions cannot be used with root/sudo privileges "
+                "for security reasons"
+            )
     if name == "codex" and argv[-1] != "-" and not os.environ.get("FAKE_PROMPT_ARG"):
         fail("codex: expected '-' (read the prompt from stdin) as the last argument")
 
@@ -83,8 +87,11 @@ def record(directory: str, argv: list[str], prompt: str) -> None:
 def spawn_sleeper(pid_file: str, *, detached_stdio: bool) -> None:
     """Start a child that sleeps 600 s; it writes its own pid once ready (handlers set)."""
     ignore = "signal.signal(signal.SIGHUP, signal.SIG_IGN); " if detached_stdio else ""
-    code = ("import os, signal, sys, time; " + ignore +
-            "open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(600)")
+    code = (
+        "import os, signal, sys, time; "
+        + ignore
+        + "open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(600)"
+    )
     # detached: like `nohup server &`, it survives the terminal's hangup when we exit, keeps
     # the pty open through stdout/stderr, and stays in our process group.
     stdin = subprocess.DEVNULL if detached_stdio else None

@@ -90,22 +90,46 @@ class FakeGemini:
         self.requests.append(seen)
         if ":streamGenerateContent" not in h.path:
             # Side query: routing/next-speaker classifiers expect a JSON object in the text.
-            text = json.dumps({"reasoning": "simple", "model_choice": "flash",
-                               "next_speaker": "user", "complexity_score": 10})
+            text = json.dumps(
+                {
+                    "reasoning": "simple",
+                    "model_choice": "flash",
+                    "next_speaker": "user",
+                    "complexity_score": 10,
+                }
+            )
             self._json(h, 200, self._chunk([{"text": text}], final=True))
             return
         seen.turn = sum(1 for c in body.get("contents", []) if c.get("role") == "model")
         step = self.script[min(seen.turn, len(self.script) - 1)]
         if isinstance(step, Quota):
             details: list[dict[str, Any]] = [
-                {"@type": "type.googleapis.com/google.rpc.RetryInfo",
-                 "retryDelay": step.retry_delay}]
+                {
+                    "@type": "type.googleapis.com/google.rpc.RetryInfo",
+                    "retryDelay": step.retry_delay,
+                }
+            ]
             if step.daily:
-                details.append({"@type": "type.googleapis.com/google.rpc.QuotaFailure",
-                                "violations": [{"quotaId": "GenerateRequestsPerDayPerProject"
-                                                           "PerModel-FreeTier"}]})
-            self._json(h, 429, {"error": {"code": 429, "message": step.message,
-                                          "status": "RESOURCE_EXHAUSTED", "details": details}})
+                details.append(
+                    {
+                        "@type": "type.googleapis.com/google.rpc.QuotaFailure",
+                        "violations": [
+                            {"quotaId": "GenerateRequestsPerDayPerProjectPerModel-FreeTier"}
+                        ],
+                    }
+                )
+            self._json(
+                h,
+                429,
+                {
+                    "error": {
+                        "code": 429,
+                        "message": step.message,
+                        "status": "RESOURCE_EXHAUSTED",
+                        "details": details,
+                    }
+                },
+            )
             return
         if isinstance(step, Call):
             parts = [{"functionCall": {"name": step.name, "args": step.args}}]
@@ -120,15 +144,18 @@ class FakeGemini:
         h.wfile.write(data)
 
     def _chunk(self, parts: list[dict[str, Any]], *, final: bool) -> dict[str, Any]:
-        chunk: dict[str, Any] = {"candidates": [{"content": {"role": "model", "parts": parts},
-                                                 "index": 0}],
-                                 "modelVersion": "gemini-2.5-pro"}
+        chunk: dict[str, Any] = {
+            "candidates": [{"content": {"role": "model", "parts": parts}, "index": 0}],
+            "modelVersion": "gemini-2.5-pro",
+        }
         if final:
             chunk["candidates"][0]["finishReason"] = "STOP"
             chunk["usageMetadata"] = {
-                "promptTokenCount": self.prompt_tokens, "candidatesTokenCount": 9,
+                "promptTokenCount": self.prompt_tokens,
+                "candidatesTokenCount": 9,
                 "totalTokenCount": self.prompt_tokens + 9,
-                "cachedContentTokenCount": self.cached_tokens}
+                "cachedContentTokenCount": self.cached_tokens,
+            }
         return chunk
 
     @staticmethod
@@ -144,7 +171,12 @@ class FakeGemini:
 def gemini_home(home: Path) -> dict[str, str]:
     """A private HOME whose settings select API-key auth; the env for the CLI."""
     (home / ".gemini").mkdir(parents=True, exist_ok=True)
-    (home / ".gemini" / "settings.json").write_text(json.dumps(
-        {"security": {"auth": {"selectedType": "gemini-api-key"}},
-         "privacy": {"usageStatisticsEnabled": False}}))
+    (home / ".gemini" / "settings.json").write_text(
+        json.dumps(
+            {
+                "security": {"auth": {"selectedType": "gemini-api-key"}},
+                "privacy": {"usageStatisticsEnabled": False},
+            }
+        )
+    )
     return {"HOME": str(home), "GEMINI_API_KEY": "x"}

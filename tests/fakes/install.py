@@ -31,8 +31,11 @@ def install(bin_dir: Path, name: str) -> Path:
 def fixtures_dir() -> Path | None:
     """The real recorded transcripts: $RALPH_FIXTURES, /work/shared/fixtures, ../shared/fixtures."""
     repo = Path(__file__).resolve().parents[2]
-    for c in (os.environ.get(FIXTURES_ENV), "/work/shared/fixtures",
-              repo.parent / "shared" / "fixtures"):
+    for c in (
+        os.environ.get(FIXTURES_ENV),
+        "/work/shared/fixtures",
+        repo.parent / "shared" / "fixtures",
+    ):
         if c and Path(c).is_dir():
             return Path(c)
     return None

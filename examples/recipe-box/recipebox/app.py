@@ -16,6 +16,7 @@ class App:
         def add(fn: Handler) -> Handler:
             self.routes[(method, path)] = fn
             return fn
+
         return add
 
     def __call__(self, environ: dict, start_response: Callable) -> Iterable[bytes]:
