@@ -194,7 +194,8 @@ def _restore(project: Project, report: CheckReport, path: Path, data: str | byte
         fsutil.atomic_write_bytes(path, data)
     report.restored = True
     report.restored_files.append(project.rel(path))
-    log.warning("checks.restored", path=str(path), story=report.story_id)
+    # info, not warning: the finding itself is what the user sees (once) on the console.
+    log.info("checks.restored", path=str(path), story=report.story_id)
 
 
 # --------------------------------------------------------------------------- prd.json
