@@ -107,7 +107,6 @@ def make_project(
 
 def env(**extra: str) -> dict[str, str]:
     e = dict(os.environ)
-    e["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), e.get("PYTHONPATH")) if p)
     e.pop("RALPH_SIM_FAULT", None)
     e.update(extra)
     return e

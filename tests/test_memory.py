@@ -80,7 +80,6 @@ def test_with_real_project_in_git_repo(tmp_path: Path) -> None:
 def test_cli_status_shows_index_and_references(tmp_path: Path) -> None:
     """Through the real `ralph` CLI: index rows, reference sizes, escapes flagged."""
     import json
-    import os
     import sys
 
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
@@ -92,14 +91,12 @@ def test_cli_status_shows_index_and_references(tmp_path: Path) -> None:
     )
     (tmp_path / "progress.txt").write_text(text)
     ReferenceStore(tmp_path).write("ralph/references/auth.md", "# Auth\nUse JWT.\n")
-    repo = Path(__file__).resolve().parents[1]
     out = subprocess.run(
         [sys.executable, "-m", "orchestrator", "status", "--json"],
         cwd=tmp_path,
         capture_output=True,
         text=True,
         timeout=120,
-        env={**os.environ, "PYTHONPATH": str(repo)},
     )
     assert out.returncode == 0, out.stderr
     st = json.loads(out.stdout)

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, corpus_cases
+from conftest import corpus_cases
 
 from orchestrator import fsutil
 from orchestrator.errors import InputError
@@ -324,7 +324,7 @@ def test_corpus_prd(path: Path, tmp_path: Path) -> None:
 
 
 def ralph(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = dict(os.environ)
     return subprocess.run(
         [sys.executable, "-m", "orchestrator", *args],
         cwd=cwd,

@@ -62,7 +62,7 @@ def digests(root: Path) -> dict[str, str]:
 
 
 def run_cli(root: Path, *argv: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = dict(os.environ)
     return subprocess.run(
         [sys.executable, "-m", "orchestrator", "savings", *argv],
         cwd=root,
@@ -172,7 +172,6 @@ def test_migrated_project_replays_the_archive(corpus: Path, tmp_path: Path) -> N
     migrated = subprocess.run(
         [sys.executable, "-m", "orchestrator", "migrate"],
         cwd=dest,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
         capture_output=True,
         text=True,
         timeout=300,
@@ -315,7 +314,7 @@ def test_example_full_mode_run_matches_the_ledger(tmp_path: Path) -> None:
 
     dest = tmp_path / "rb"
     examples.copy_example("recipe-box", dest)
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = dict(os.environ)
     ran = subprocess.run(
         [sys.executable, "-m", "orchestrator", "run", "--tool", "sim", "--mode", "full", "3"],
         cwd=dest,
