@@ -132,6 +132,7 @@ def test_report_command_reproduces_the_ab_report(tmp_path: Path) -> None:
             "--out",
             str(again),
         ],
+        cwd=tmp_path,  # not the repository: `-m` would import the source tree, not the install
         capture_output=True,
         text=True,
         env=ENV,

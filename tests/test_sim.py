@@ -143,6 +143,7 @@ def test_copy_example_refuses_a_non_empty_folder(tmp_path: Path) -> None:
 def test_examples_cli_copies(tmp_path: Path) -> None:
     out = subprocess.run(
         [sys.executable, "-m", "orchestrator.examples", "recipe-box", str(tmp_path / "rb")],
+        cwd=tmp_path,  # not the repository: `-m` would import the source tree, not the install
         capture_output=True,
         text=True,
     )
