@@ -15,9 +15,8 @@ interrupted and leaves every file as it was. The CLI (commands/run.py) only pars
 from __future__ import annotations
 
 import contextlib
-import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -25,7 +24,7 @@ from typing import Any
 
 import structlog
 
-from orchestrator import archive, ledger
+from orchestrator import archive, ledger, runner
 from orchestrator import log as runlog
 from orchestrator.budget import Budget
 from orchestrator.display import Display, summary_line
@@ -75,28 +74,8 @@ def run(project: Any, options: RunOptions | None = None) -> RunSummary:
     from orchestrator import lock
 
     options = options or RunOptions()
-    with lock.project_lock(project, command="ralph run"), _sigterm_as_interrupt():
+    with lock.project_lock(project, command="ralph run"), runner.stop_signals_interrupt():
         return Loop(project, options).run()
-
-
-@contextlib.contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """Treat SIGTERM (a supervisor, `kill`) like Ctrl-C, so the agent's process group is
-    ended, the iteration recorded and the lock released, instead of dying mid-iteration and
-    leaving an orphan agent editing the repo."""
-
-    def _raise(_signum: int, _frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    try:
-        old = signal.signal(signal.SIGTERM, _raise)
-    except ValueError:  # not the main thread: leave signals alone
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
 
 
 class ChecksFailed(FatalError):

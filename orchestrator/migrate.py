@@ -22,6 +22,7 @@ import structlog
 
 from orchestrator import fsutil, tokens
 from orchestrator.errors import InputError
+from orchestrator.references import slugify
 
 if TYPE_CHECKING:
     from orchestrator.prd import Prd
@@ -621,16 +622,6 @@ def _parts(name: str, items: list[Item], areas: list[str], fill: int):
 
 
 # ---------------------------------------------------------------- rendering
-
-
-def slugify(topic: str) -> str:
-    try:
-        from orchestrator.references import slugify as _slugify
-
-        return _slugify(topic)
-    except ImportError:  # references.py not landed: same rule, kept local
-        slug = re.sub(r"[^a-z0-9]+", "-", topic.lower()).strip("-")
-        return slug[:60].strip("-") or "topic"
 
 
 def _bullet_key(line: str) -> str:

@@ -23,7 +23,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Literal
@@ -103,7 +103,7 @@ def run(
     log.debug("agent_spawned", pid=child.pid, argv=[redactor(a)[:200] for a in argv])
     with _open_transcript(transcript_path) as transcript:
         reader = _LineReader(on_line, transcript, redactor)
-        with _stop_signals_interrupt():
+        with stop_signals_interrupt():
             timed_out, interrupted = _supervise(
                 child, reader, start, wall_timeout, idle_timeout, grace
             )
@@ -230,9 +230,10 @@ def _drain(child: pexpect.spawn, reader: _LineReader, limit: float = 1.0) -> Non
 
 
 @contextlib.contextmanager
-def _stop_signals_interrupt():
-    """While an agent runs, SIGTERM/SIGHUP to us (a CI timeout, a closed terminal) act like
-    Ctrl-C: the agent's group is ended and the iteration recorded, never orphaned."""
+def stop_signals_interrupt() -> Iterator[None]:
+    """SIGTERM/SIGHUP to us (a supervisor, a CI timeout, a closed terminal) act like Ctrl-C:
+    the agent's group is ended and the iteration recorded, never orphaned. Used around one
+    agent run here and around a whole `ralph run` by the loop (so the lock is released too)."""
     if threading.current_thread() is not threading.main_thread():
         yield  # handlers can only be installed from the main thread
         return

@@ -19,6 +19,7 @@ choice (default: the project's log folder), never to prd.json, progress.txt or r
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import re
 from collections.abc import Callable
@@ -338,11 +339,7 @@ def render_chart(s: Savings, path: Path) -> Path:
     fig, (per, cum) = plt.subplots(1, 2, figsize=(11, 4.2), dpi=110)
     for label, ys in series.items():
         per.plot(ks, ys, marker="o", markersize=3, label=label)
-        running, total = [], 0
-        for y in ys:
-            total += y
-            running.append(total)
-        cum.plot(ks, running, marker="o", markersize=3, label=label)
+        cum.plot(ks, list(itertools.accumulate(ys)), marker="o", markersize=3, label=label)
     per.set_title("Prompt tokens per past story (est.)")
     cum.set_title(f"Cumulative: {s.totals()['saved_pct']:.1f}% saved")
     for ax in (per, cum):
