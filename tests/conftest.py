@@ -52,18 +52,19 @@ def _e2e_support():
 @pytest.fixture(scope="session")
 def claude_bin() -> str:
     """The real Claude Code CLI (pinned in .ci/npm, else PATH); see tests/e2e/README.md."""
-    support = _e2e_support()
-    path = support.find_cli("claude")
-    print(f"\nclaude CLI: {path} ({support.cli_version(path)})")
-    return path
+    return _real_cli("claude")
 
 
 @pytest.fixture(scope="session")
 def codex_bin() -> str:
     """The real Codex CLI (pinned in .ci/npm, else PATH); see tests/e2e/README.md."""
+    return _real_cli("codex")
+
+
+def _real_cli(name: str) -> str:
     support = _e2e_support()
-    path = support.find_cli("codex")
-    print(f"\ncodex CLI: {path} ({support.cli_version(path)})")
+    path = support.find_cli(name)
+    print(f"\n{name} CLI: {path} ({support.cli_version(path)})")
     return path
 
 
