@@ -203,6 +203,14 @@ class Loop:
 
     def _one_iteration(self, prd: Any, story: Any) -> dict[str, Any]:
         it = Iteration(self, self.iteration, story, prd)
+        # For watchers (`ralph status --follow`, `ralph serve`): which story is running now.
+        self.ledger.event(
+            "iteration_start",
+            iteration=self.iteration,
+            story_id=story.id,
+            story_title=story.title,
+            max_iterations=self.max_iterations,
+        )
         self.display.banner(self.iteration, self.max_iterations, self.agent.name, story.id)
         attempt = self._attempt_until_done(it)
         report = it.verify(attempt)

@@ -43,6 +43,7 @@ def collect(project: Any) -> dict[str, Any]:
         "index": [{"topic": r.topic, "path": r.path} for r in prog.index_rows],
         "references": refs,
         "last_run": last_run(Path(project.ledger_path)),
+        "live": live_run(project),
     }
 
 
@@ -91,3 +92,26 @@ def last_run(ledger_path: Path) -> dict[str, Any] | None:
         exit_code=end[-1].get("exit_code") if end else None,
     )
     return d
+
+
+def live_run(project: Any) -> dict[str, Any] | None:
+    """The run going on now (pid, story, iteration, since), or None when none is live."""
+    from orchestrator import watch
+
+    records = ledger.read(Path(project.ledger_path))
+    run_id = watch.live_run_id(project, records)
+    if run_id is None:
+        return None
+    view = watch.build(project, records, run_id, live=True)
+    return {
+        "run_id": run_id,
+        "pid": view.pid,
+        "agent": view.agent,
+        "since": view.started.isoformat(timespec="seconds") if view.started else None,
+        "story_id": view.story_id,
+        "story_title": view.story_title,
+        "iteration": view.iteration,
+        "max_iterations": view.max_iterations,
+        "spent_tokens": view.spent_tokens,
+        "spent_cost_usd": round(view.spent_cost, 4) if view.costed else None,
+    }

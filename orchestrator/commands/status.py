@@ -14,9 +14,28 @@ from orchestrator.cli import add_common
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("status", help="stories, the index, references and the last run")
+    p = sub.add_parser(
+        "status",
+        help="stories, the index, references and the last run",
+        description="Show the stories, the index and references with their sizes, the last "
+        "run from the ledger and, while `ralph run` is going on, the live run (pid, story, "
+        "iteration, since). --follow watches the live run until it ends.",
+    )
     add_common(p)
     p.add_argument("--json", action="store_true", help="print the status as JSON")
+    p.add_argument(
+        "-f",
+        "--follow",
+        action="store_true",
+        help="watch the live run (story, iteration, tokens and cost against the budgets, "
+        "savings, waits, the agent's last lines) until it ends; plain lines when piped",
+    )
+    p.add_argument(
+        "--interval", type=float, default=0.5, metavar="SECONDS", help="--follow refresh period"
+    )
+    p.add_argument(
+        "--lines", type=int, default=8, metavar="N", help="--follow: agent lines shown (8)"
+    )
     p.set_defaults(func=run)
 
 
@@ -24,6 +43,12 @@ def run(args: argparse.Namespace) -> int:
     from orchestrator import project, status
 
     proj = project.locate(Path.cwd(), args.ralph_dir)
+    if args.follow:
+        from orchestrator import watch
+
+        return watch.follow(
+            proj, Console(highlight=False), interval=max(0.1, args.interval), lines=args.lines
+        )
     st = status.collect(proj)
     if args.json:
         print(json.dumps(st, indent=2, default=str))
@@ -72,13 +97,26 @@ def render(st: dict, console: Console) -> None:
                 r["topic"] or "-", fmt(r["tokens"]) if r["exists"] else "-", r["path"], r["note"]
             )
         console.print(t)
+    live = st.get("live")
+    if live:
+        since = (live["since"] or "-").replace("T", " ").split("+")[0]
+        console.print(
+            f"run live: {live['run_id']} · pid {live['pid'] or '?'} · story "
+            f"{live['story_id'] or '-'} · iteration {live['iteration']}/"
+            f"{live['max_iterations'] or '?'} · since {since} UTC "
+            "(`ralph status --follow` to watch)",
+            style="bold cyan",
+            markup=False,
+            soft_wrap=True,
+        )
     last = st["last_run"]
     if not last:
         console.print("last run: none recorded")
         return
     cost = money(last["cost_usd"]) if last["cost_reported"] else "cost not reported"
+    state = "running" if live and live["run_id"] == last["run_id"] else "unfinished"
     console.print(
-        f"last run {last['run_id']} ({last['status'] or 'unfinished'}): "
+        f"last run {last['run_id']} ({last['status'] or state}): "
         f"{last['iterations']} iteration(s), {last['passed']} passed · prompts "
         f"{fmt(last['prompt_tokens'])} tok (full history {fmt(last['full_history_tokens'])}:"
         f" saved {last['saved_pct']:.0f}%) · agent {fmt(last['input_tokens'])} in / "
