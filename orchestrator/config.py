@@ -96,6 +96,37 @@ class AgentConfig(_Section):
         return v
 
 
+NOTIFY_EVENTS = (
+    "run_finished",
+    "stuck",
+    "budget_warning",
+    "budget_exhausted",
+    "limit_wait",
+    "check_failed",
+)
+NotifyEvent = Literal[
+    "run_finished", "stuck", "budget_warning", "budget_exhausted", "limit_wait", "check_failed"
+]
+
+
+class NotifyConfig(_Section):
+    urls: list[str] = Field(default_factory=list)
+    command: list[str] | None = None
+    events: list[NotifyEvent] = Field(default_factory=lambda: list(NOTIFY_EVENTS))
+    timeout: float = Field(10, gt=0)
+
+    @field_validator("command", mode="before")
+    @classmethod
+    def _split_command(cls, v: Any) -> Any:
+        # Like agents.<name>.command: a string becomes an argv list, never a shell line.
+        if isinstance(v, str):
+            parts = shlex.split(v)
+            if not parts:
+                raise ValueError("must name an executable (e.g. [notify-send, '{title}'])")
+            return parts
+        return v
+
+
 class Config(_Section):
     tool: str = "amp"
     max_iterations: int = Field(10, ge=1)
@@ -112,6 +143,7 @@ class Config(_Section):
     retries: RetriesConfig = Field(default_factory=RetriesConfig)
     stuck_after: int = Field(3, ge=1)
     sleep_between: float = Field(2, ge=0)
+    notify: NotifyConfig = Field(default_factory=NotifyConfig)
     agents: dict[str, AgentConfig] = Field(default_factory=dict)
 
     _warnings: list[str] = PrivateAttr(default_factory=list)

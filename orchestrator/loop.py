@@ -24,7 +24,7 @@ from typing import Any
 
 import structlog
 
-from orchestrator import archive, ledger, runner
+from orchestrator import archive, ledger, notify, runner
 from orchestrator import log as runlog
 from orchestrator.budget import Budget
 from orchestrator.display import Display, summary_line
@@ -100,6 +100,7 @@ class Loop:
         self.display = options.display or Display(quiet=options.quiet)
         self.ledger = ledger.Ledger(project.ledger_path)
         self.run_dir = Path(project.logs_dir) / self.ledger.run_id
+        self.notify = notify.for_loop(project, self.ledger.run_id)
         self.budget = Budget(
             self.cfg.budget.run_tokens, self.cfg.budget.run_cost_usd, self.cfg.budget.warn_at
         )
@@ -273,6 +274,7 @@ class Loop:
             usage=attempt.usage_dict(),
             cost_usd=attempt.cost_usd(),
         )
+        self.notify.limit_wait(it.story.id, secs, sig.reset_at, sig.kind)
         self.display.countdown(secs, f"usage limit ({sig.kind}, {source})", self.options.sleep)
         return secs
 
@@ -312,6 +314,8 @@ class Loop:
                     f"check ({f.kind}): {f.message.rstrip('.')}"
                     + (f". Fix: {f.fix}" if f.fix else "")
                 )
+        if not report.ok:
+            self.notify.check_failed(rec["story_id"], [f.message for f in report.errors()])
         policy = self.cfg.checks
         self.notes = report.fix_notes() if policy == "retry" and not report.ok else []
         if policy == "fail" and not report.ok:
@@ -323,6 +327,7 @@ class Loop:
             )
         for w in self.budget.warnings():
             self.display.warn(w)
+            self.notify.budget_warning(w)
 
     def _check_stuck(self, rec: dict[str, Any]) -> None:
         if rec["outcome"] == "passed" or rec.get("committed") or rec.get("files_changed"):
@@ -386,4 +391,5 @@ class Loop:
         self.display.line(
             f"ledger: {self.project.ledger_path} · transcripts: {self.run_dir}", style="dim"
         )
+        self.notify.finished(status, exit_code, message, tot)
         runlog.close()
