@@ -29,6 +29,8 @@ COMMANDS = (
     "ab",
     "report",
     "savings",
+    "serve",
+    "completion",
 )
 
 
