@@ -13,7 +13,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from orchestrator import __version__
+from orchestrator import __version__, log
 from orchestrator.errors import EXIT_INTERRUPTED, FatalError
 
 # Order is the order shown in `ralph --help`.
@@ -65,6 +65,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 0
+    # Every command logs the same way: warnings (e.g. unknown ralph.yaml keys) as
+    # `ralph: warning: ...` lines on stderr, never on stdout where --json output goes.
+    log.configure(None, verbose=bool(getattr(args, "verbose", False)))
     try:
         return int(args.func(args))
     except FatalError as exc:

@@ -48,10 +48,14 @@ def summary_line(rec: dict[str, Any]) -> str:
     parts = [f"{rec.get('story_id') or '-'} {str(rec.get('outcome', '?')).replace('_', ' ')}"]
     prompt = f"prompt {fmt(rec.get('prompt_tokens'))} tok"
     if rec.get("full_history_tokens"):
-        prompt += (
-            f" (full history {fmt(rec['full_history_tokens'])}: "
-            f"saved {rec.get('saved_pct', 0):.0f}%)"
-        )
+        pct = float(rec.get("saved_pct") or 0)
+        full = fmt(rec["full_history_tokens"])
+        if pct < 0:
+            # Early on the whole history is shorter than the index template: say so rather
+            # than report a negative saving.
+            prompt += f" (full history {full} is still shorter: +{-pct:.0f}% until it grows)"
+        else:
+            prompt += f" (full history {full}: saved {pct:.0f}%)"
     parts.append(prompt)
     usage = rec.get("usage")
     if usage:
@@ -82,13 +86,23 @@ class Status:
     total: int = 0
     started: float = 0.0
     note: str = ""
+    run_started: float = 0.0  # the whole run (started is this attempt)
+    tokens: int | None = None  # spent so far in the run (the budget's count)
+    cost_usd: float | None = None
 
     def __rich__(self) -> Text:
-        elapsed = duration(time.monotonic() - self.started) if self.started else "-"
+        now = time.monotonic()
+        elapsed = duration(now - self.started) if self.started else "-"
+        if self.run_started and self.run_started < self.started:
+            elapsed += f" (run {duration(now - self.run_started)})"
         line = (
             f"▶ {self.story} · iteration {self.iteration}/{self.max_iterations} · "
             f"stories {self.passed}/{self.total} passed · {elapsed}"
         )
+        if self.tokens:
+            line += f" · {fmt(self.tokens)} tok"
+        if self.cost_usd:
+            line += f" · {money(self.cost_usd)}"
         if self.note:
             line += f" · {self.note}"
         return Text(line, style="bold cyan", no_wrap=True, overflow="ellipsis")
@@ -126,6 +140,7 @@ class Display:
     def live(self) -> Iterator[Status]:
         """Show the status line while the block runs (a no-op without a terminal)."""
         self.status.started = time.monotonic()
+        self.status.run_started = self.status.run_started or self.status.started
         if not self.live_enabled:
             yield self.status
             return

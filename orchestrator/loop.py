@@ -223,6 +223,8 @@ class Loop:
             estimated_tokens=it.assembled.tokens,
             cost_usd=attempt.cost_usd(),
         )
+        st = self.display.status
+        st.tokens, st.cost_usd = self.budget.spent_tokens, self.budget.spent_cost or None
         self._after(rec, report)
         if rec["outcome"] == "interrupted":
             raise Interrupted(

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import io
+import time
 
 from rich.console import Console
 
-from orchestrator.display import Display, duration, money, summary_line
+from orchestrator.display import Display, Status, duration, money, summary_line
 
 REC = {
     "event": "iteration",
@@ -79,3 +80,19 @@ def test_countdown_off_a_tty_sleeps_once_and_says_why() -> None:
     slept = []
     Display(Console(file=buf, width=100)).countdown(42, "usage limit", slept.append)
     assert slept == [42] and "usage limit: waiting 42s" in buf.getvalue()
+
+
+def test_early_negative_saving_reads_as_such() -> None:
+    rec = dict(REC, prompt_tokens=1500, full_history_tokens=1200, saved_pct=-25.0)
+    line = summary_line(rec)
+    assert "saved -" not in line
+    assert "(full history 1.2k is still shorter: +25% until it grows)" in line
+
+
+def test_status_line_shows_run_time_tokens_and_cost() -> None:
+    now = time.monotonic()
+    st = Status(story="US-002", iteration=2, max_iterations=10, passed=1, total=3)
+    st.started, st.run_started = now - 63, now - 312
+    st.tokens, st.cost_usd = 12_345, 0.41
+    text = st.__rich__().plain
+    assert "1m03s (run 5m12s)" in text and "12.3k tok" in text and "$0.41" in text

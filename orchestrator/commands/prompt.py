@@ -14,6 +14,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "prompt",
         help="print the prompt `ralph run` would send for a story (--json: its token accounting)",
+        description="Print exactly the prompt `ralph run` would send the agent for a story "
+        "(the next one by default): the template, the story, the index and the references "
+        "chosen for it. Nothing is run and nothing is written. --json gives its token "
+        "accounting instead (prompt vs full history, references inlined, budget).",
     )
     add_common(p)
     p.add_argument("--story", metavar="ID", help="story id (default: the next story to do)")
