@@ -42,20 +42,30 @@ def money(usd: float | None) -> str:
     return f"${usd:.2f}" if usd >= 0.1 or usd == 0 else f"${usd:.4f}"
 
 
+def relative(line: str, root: str | None) -> str:
+    """Paths under the project root shown relative to it (`⏺ Write app/models.py`): shorter,
+    and what the user would type."""
+    if not root:
+        return line
+    return line.replace(root.rstrip("/") + "/", "")
+
+
+def saving(full_history_tokens: int, saved_pct: float | None) -> str:
+    """`(full history 27.4k: saved 88%)`. Early on the whole history is shorter than the
+    index template: that is said plainly rather than as a negative saving."""
+    pct, full = float(saved_pct or 0), fmt(full_history_tokens)
+    if pct < 0:
+        return f"(full history {full} is still shorter: +{-pct:.0f}% until it grows)"
+    return f"(full history {full}: saved {pct:.0f}%)"
+
+
 def summary_line(rec: dict[str, Any]) -> str:
     """`US-004 passed · prompt 3.1k tok (full history 27.4k: saved 88%) · agent 141k in /
     2.3k out · $0.41 · 3m12s` from one ledger iteration record."""
     parts = [f"{rec.get('story_id') or '-'} {str(rec.get('outcome', '?')).replace('_', ' ')}"]
     prompt = f"prompt {fmt(rec.get('prompt_tokens'))} tok"
     if rec.get("full_history_tokens"):
-        pct = float(rec.get("saved_pct") or 0)
-        full = fmt(rec["full_history_tokens"])
-        if pct < 0:
-            # Early on the whole history is shorter than the index template: say so rather
-            # than report a negative saving.
-            prompt += f" (full history {full} is still shorter: +{-pct:.0f}% until it grows)"
-        else:
-            prompt += f" (full history {full}: saved {pct:.0f}%)"
+        prompt += " " + saving(rec["full_history_tokens"], rec.get("saved_pct"))
     parts.append(prompt)
     usage = rec.get("usage")
     if usage:
@@ -112,6 +122,7 @@ class Display:
     def __init__(self, console: Console | None = None, *, quiet: bool = False) -> None:
         self.console = console or Console(highlight=False)
         self.quiet = quiet
+        self.root: str | None = None  # the project root: agent lines show paths relative to it
         self.status = Status()
         self._live: Live | None = None
 
@@ -134,7 +145,7 @@ class Display:
     def agent(self, text: str) -> None:
         """One readable line from the agent (adapter.display output)."""
         if not self.quiet:
-            self.line(text)
+            self.line(relative(text, self.root))
 
     @contextlib.contextmanager
     def live(self) -> Iterator[Status]:

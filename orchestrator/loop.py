@@ -98,6 +98,7 @@ class Loop:
         # Fails here (exit 2) for an unknown tool or a missing binary, before any file changes.
         self.agent = get_agent(self.tool, self.cfg.agent(self.tool))
         self.display = options.display or Display(quiet=options.quiet)
+        self.display.root = str(project.root)
         self.ledger = ledger.Ledger(project.ledger_path)
         self.run_dir = Path(project.logs_dir) / self.ledger.run_id
         self.notify = notify.for_loop(project, self.ledger.run_id)

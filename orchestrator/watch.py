@@ -24,7 +24,7 @@ from rich.table import Table
 from rich.text import Text
 
 from orchestrator import ledger, lock
-from orchestrator.display import duration, money
+from orchestrator.display import duration, money, relative
 from orchestrator.tokens import fmt
 
 # How much of a transcript to read when starting to follow it (the rest is history).
@@ -224,13 +224,17 @@ def display_filter(project: Any, agent_name: str | None) -> Callable[[str], str 
     from orchestrator.agents import get_agent
     from orchestrator.errors import FatalError
 
+    show: Callable[[str], str | None] = lambda line: line.strip() or None  # noqa: E731
     if agent_name:
-        try:
-            agent = get_agent(agent_name, project.config.agent(agent_name), check=False)
-            return agent.display
-        except FatalError:
-            pass
-    return lambda line: line.strip() or None
+        with contextlib.suppress(FatalError):
+            show = get_agent(agent_name, project.config.agent(agent_name), check=False).display
+    root = str(project.root)
+
+    def shown(line: str) -> str | None:
+        text = show(line)
+        return relative(text, root) if text else None
+
+    return shown
 
 
 # ---- rendering ------------------------------------------------------------------------------

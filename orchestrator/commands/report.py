@@ -16,7 +16,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "arm). With two ledgers the first one's saving against the second is shown.",
     )
     p.add_argument("ledgers", nargs="+", metavar="LEDGER", help="[NAME=]path/to/ledger.jsonl")
-    p.add_argument("--out", type=Path, default=Path("."), help="output folder (default: .)")
+    p.add_argument(
+        "--out",
+        type=Path,
+        help="output folder (default: <log dir>/report-<time>, e.g. ralph/logs/report-...)",
+    )
     p.set_defaults(func=run)
 
 
@@ -25,5 +29,16 @@ def run(args: argparse.Namespace) -> int:
     for spec in args.ledgers:
         name, _, path = spec.rpartition("=")
         arms.append(report.load_arm(Path(path), name=name or None))
-    print(report.write_report(arms, args.out, stem="ab").summary(), end="")
+    out = args.out or _default_out()
+    print(report.write_report(arms, out, stem="ab").summary(), end="")
     return 0
+
+
+def _default_out() -> Path:
+    """Next to the runs, like `ralph ab`: never scattered into the current folder."""
+    from datetime import datetime
+
+    from orchestrator import project
+
+    logs = Path(project.locate(Path.cwd()).logs_dir)
+    return logs / f"report-{datetime.now().strftime('%Y%m%d-%H%M%S')}"

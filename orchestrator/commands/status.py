@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def render(st: dict, console: Console) -> None:
-    from orchestrator.display import duration, money
+    from orchestrator.display import duration, money, saving
     from orchestrator.tokens import fmt
 
     s = st["stories"]
@@ -86,12 +86,19 @@ def render(st: dict, console: Console) -> None:
         t = Table(
             title="index and references", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False
         )
-        widest = max(len(r["path"]) for r in st["references"])
-        t.add_column("topic", no_wrap=True, overflow="ellipsis", max_width=24)
-        t.add_column("tokens", justify="right", no_wrap=True, min_width=6)
-        # A path is what the user copies: it goes last, never wrapped.
-        t.add_column("path", no_wrap=True, min_width=min(widest, 46))
-        t.add_column("note")
+        refs = st["references"]
+        # Widths are set here, not left to rich: on a narrow terminal rich drops whole
+        # columns; instead every column stays and long cells end in an ellipsis.
+        topic_w = min(24, max(len("topic"), *(len(r["topic"] or "-") for r in refs)))
+        note_w = min(20, max(len("note"), *(len(r["note"]) for r in refs)))
+        path_w = max(len(r["path"]) for r in refs)
+        # 6 for tokens; 14 for the padding between and around the columns.
+        path_w = max(12, min(path_w, console.width - topic_w - 6 - note_w - 14))
+        t.add_column("topic", no_wrap=True, overflow="ellipsis", width=topic_w)
+        t.add_column("tokens", justify="right", no_wrap=True, width=6)
+        # A path is what the user copies: never wrapped.
+        t.add_column("path", no_wrap=True, overflow="ellipsis", width=path_w)
+        t.add_column("note", no_wrap=True, overflow="ellipsis", width=note_w)
         for r in st["references"]:
             t.add_row(
                 r["topic"] or "-", fmt(r["tokens"]) if r["exists"] else "-", r["path"], r["note"]
@@ -118,8 +125,9 @@ def render(st: dict, console: Console) -> None:
     console.print(
         f"last run {last['run_id']} ({last['status'] or state}): "
         f"{last['iterations']} iteration(s), {last['passed']} passed · prompts "
-        f"{fmt(last['prompt_tokens'])} tok (full history {fmt(last['full_history_tokens'])}:"
-        f" saved {last['saved_pct']:.0f}%) · agent {fmt(last['input_tokens'])} in / "
+        f"{fmt(last['prompt_tokens'])} tok "
+        f"{saving(last['full_history_tokens'], last['saved_pct'])} · agent "
+        f"{fmt(last['input_tokens'])} in / "
         f"{fmt(last['output_tokens'])} out · {cost} · {duration(last['duration_s'])}",
         markup=False,
         soft_wrap=True,
