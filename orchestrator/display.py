@@ -20,6 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from orchestrator import ledger
+from orchestrator.agents import base as agent_base
 from orchestrator.tokens import fmt
 
 
@@ -124,6 +125,9 @@ class Display:
         self.quiet = quiet
         self.root: str | None = None  # the project root: agent lines show paths relative to it
         self.status = Status()
+        if self.console.is_terminal:
+            # Adapters shorten tool lines for display: to this terminal's width, not less.
+            agent_base.live_width = self.console.width
         self._live: Live | None = None
 
     @property

@@ -4,11 +4,13 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
-from run_helpers import make_project, ralph
+import pexpect
+from run_helpers import RALPH, env, make_project, ralph
 
-from orchestrator import ledger
+from orchestrator import ledger, runner
 
 
 def test_config_warnings_go_to_stderr_for_every_command(tmp_path: Path) -> None:
@@ -64,3 +66,25 @@ def test_agent_lines_show_paths_relative_to_the_project(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stderr
     assert "⏺ Read scripts/ralph/prd.json" in res.stdout
     assert f"⏺ Read {root}" not in res.stdout
+
+
+def test_tool_lines_use_the_terminal_width(tmp_path: Path) -> None:
+    root = make_project(tmp_path / "p", 1)
+    child = pexpect.spawn(
+        sys.executable,
+        [*RALPH[1:], "run", "--tool", "sim"],
+        cwd=str(root),
+        env=env(COLUMNS="200", LINES="50"),
+        encoding="utf-8",
+        dimensions=(50, 200),
+        timeout=120,
+    )
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+    text = child.before
+    lines = [runner.clean_line(line) for line in text.replace("\r\n", "\n").split("\n")]
+    bash = [line.strip() for line in lines if line.strip().startswith("⏺ Bash: cat >>")]
+    assert bash, text[-2000:]
+    # Cut at the terminal's width (200), not at the old fixed 120 characters.
+    assert all(len(line) > 130 for line in bash), bash

@@ -298,8 +298,16 @@ def parse_json_line(line: str) -> dict[str, Any] | None:
     return obj if isinstance(obj, dict) else None
 
 
+# The width of the terminal showing live lines (display.Display sets it when stdout is one),
+# so a wide terminal shows whole commands and paths; without one the limits below apply.
+live_width: int | None = None
+
+
 def short(text: str, limit: int = 100) -> str:
-    """One line, at most `limit` characters (for live display)."""
+    """One line, at most `limit` characters, or the terminal's width when wider (for live
+    display)."""
+    if live_width:
+        limit = max(limit, live_width - 4)
     one = " ".join(str(text).split())
     return one if len(one) <= limit else one[: limit - 1] + "…"
 
