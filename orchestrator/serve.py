@@ -418,6 +418,14 @@ def serve(project: Any, host: str = "127.0.0.1", port: int = 8765) -> int:
             "runs, prompts' sizes and agent output",
             file=sys.stderr,
         )
-    config = uvicorn.Config(app(project), log_level="warning", lifespan="off")
-    uvicorn.Server(config).run(sockets=[sock])
+    # Live pages hold an event stream open: give them a second to close on Ctrl-C, then stop.
+    config = uvicorn.Config(
+        app(project), log_level="warning", lifespan="off", timeout_graceful_shutdown=1
+    )
+    try:
+        uvicorn.Server(config).run(sockets=[sock])
+    except KeyboardInterrupt:
+        # uvicorn re-raises the Ctrl-C it shut down on; for a server that is the normal stop.
+        pass
+    print("ralph serve: stopped", flush=True)
     return 0

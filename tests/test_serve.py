@@ -6,12 +6,14 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import time
 import urllib.request
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from pathlib import Path
 
+import pexpect
 import pytest
 from run_helpers import RALPH, env, make_project
 
@@ -168,3 +170,60 @@ def test_dashboard_in_chromium_shows_a_running_loop_live(tmp_path: Path, stop: l
         page.wait_for_selector("body.ended", timeout=60_000)
         browser.close()
     assert run.wait(timeout=60) == 1  # 3 iterations done, stories remain
+
+
+def test_ctrl_c_stops_serve_even_with_a_live_page_open(tmp_path: Path) -> None:
+    root = make_project(tmp_path / "p", 1)
+    child = pexpect.spawn(
+        sys.executable,
+        [*RALPH[1:], "serve", "--port", "0"],
+        cwd=str(root),
+        env=env(),
+        encoding="utf-8",
+        timeout=30,
+    )
+    child.expect(r"http://127\.0\.0\.1:\d+/")
+    url = child.after
+    stream = urllib.request.urlopen(url + "events", timeout=30)  # an open event stream
+    time.sleep(0.5)
+    child.sendintr()
+    child.expect(pexpect.EOF, timeout=15)
+    child.close()
+    stream.close()
+    assert child.exitstatus == 0 and "Traceback" not in (child.before or "")
+
+
+def test_serve_without_the_extras_says_what_to_install(tmp_path: Path) -> None:
+    root = make_project(tmp_path / "p", 1)
+    code = (
+        "import sys; sys.modules['sse_starlette'] = None; "
+        "from orchestrator.cli import main; sys.exit(main(['serve']))"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code], cwd=root, env=env(), capture_output=True, text=True
+    )
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert "pip install 'ralph-index[serve]'" in res.stderr and "sse_starlette" in res.stderr
+
+
+def test_ab_reports_are_found_where_ab_demo_and_report_write_them(tmp_path: Path) -> None:
+    from orchestrator import ledger, report
+    from orchestrator.project import locate
+
+    root = make_project(tmp_path / "p", 1)
+    arms = []
+    for name, prompt in (("indexed", 100), ("full", 400)):
+        path = tmp_path / f"{name}.jsonl"
+        with ledger.Ledger(path, run_id=name) as led:
+            led.event("run_start", mode=name, agent="sim")
+            rec = {"iteration": 1, "story_id": "US-001", "outcome": "passed"}
+            led.iteration({**rec, "prompt_tokens": prompt})
+        arms.append(report.load_arm(path, name=name))
+    report.write_report(arms, root / "ralph/logs/ab-20261201-120000")  # ralph ab
+    report.write_report(arms, root / "ab-report")  # ralph demo
+    found = serve.ab_reports(locate(root))
+    assert [r["markdown"] for r in found] == [
+        "ab-report/ab-report.md",
+        "ralph/logs/ab-20261201-120000/ab-report.md",
+    ]
+    assert found[0]["arms"] == ["indexed", "full"] and round(found[0]["saving_pct"]) == 75
