@@ -39,7 +39,7 @@ def _start_slow_run(tmp_path: Path, stories: int = 2) -> tuple[Path, subprocess.
 
 
 def test_status_says_a_run_is_live_and_follow_pipes_plain_lines(tmp_path: Path) -> None:
-    root, proc = _start_slow_run(tmp_path)
+    root, proc = _start_slow_run(tmp_path, stories=3)
     try:
         follow = subprocess.Popen(
             [*RALPH, "status", "--follow", "--interval", "0.2"],
@@ -49,21 +49,21 @@ def test_status_says_a_run_is_live_and_follow_pipes_plain_lines(tmp_path: Path) 
             stderr=subprocess.PIPE,
             text=True,
         )
+        live = json.loads(ralph(root, "status", "--json").stdout)["live"]
+        assert live["pid"] == proc.pid and live["story_id"] in ("US-001", "US-002", "US-003")
+        assert live["since"] and live["iteration"] == int(live["story_id"][-1])
         res = ralph(root, "status")
         assert res.returncode == 0, res.stderr
         assert "run live: " in res.stdout and f"pid {proc.pid}" in res.stdout
         # The run goes on meanwhile: which story is live depends on the machine's speed.
-        assert re.search(r"story US-00([12]) · iteration \1/10", res.stdout), res.stdout
-        live = json.loads(ralph(root, "status", "--json").stdout)["live"]
-        assert live["pid"] == proc.pid and live["story_id"] in ("US-001", "US-002")
-        assert live["since"] and live["iteration"] == int(live["story_id"][-1])
+        assert re.search(r"story US-00([123]) · iteration \1/10", res.stdout), res.stdout
 
         out, err = follow.communicate(timeout=120)
         assert follow.returncode == 0, err
         assert "\x1b[" not in out  # a pipe gets no control codes
         assert f"live run {live['run_id']} · pid {proc.pid} · sim" in out
-        assert "story US-002 Add feature 2 · iteration 2/10" in out
-        assert "US-002 is done" in out  # the agent's own lines, through its display filter
+        assert "story US-003 Add feature 3 · iteration 3/10" in out
+        assert "US-003 is done" in out  # the agent's own lines, through its display filter
         assert out.rstrip().splitlines()[-1].startswith("ended: complete (exit 0)")
         assert proc.wait(timeout=30) == 0
     finally:
