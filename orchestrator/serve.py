@@ -13,6 +13,7 @@ here writes into the project.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import html
 import json
 import socket
@@ -65,7 +66,9 @@ def runs(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def reference_use(records: list[dict[str, Any]]) -> dict[str, dict[str, int | None]]:
+def reference_use(
+    records: list[dict[str, Any]], paths: list[str] | None = None
+) -> dict[str, dict[str, int | None]]:
     """How often each reference was inlined into a prompt, opened by the agent, missed
     (needed but not given) or updated, from the iteration records. A count is None when no
     record carries that field (older ledgers, or not recorded yet)."""
@@ -77,7 +80,7 @@ def reference_use(records: list[dict[str, Any]]) -> dict[str, dict[str, int | No
     }
     iters = ledger.iterations(records)
     present = {k: any(f in r for r in iters) for k, f in fields.items()}
-    use: dict[str, dict[str, int | None]] = {}
+    use: dict[str, dict[str, int | None]] = {path: {} for path in paths or []}
     for r in iters:
         for kind, f in fields.items():
             for path in r.get(f) or []:
@@ -206,23 +209,26 @@ def _table(head: tuple[str, ...], rows: list[str], table_id: str) -> str:
     return f'<table id="{table_id}"><thead><tr>{ths}</tr></thead><tbody>{body}</tbody></table>'
 
 
+def run_row(run: dict[str, Any], current: str | None, live: str | None) -> str:
+    t = run["totals"]
+    cls = ' class="current"' if run["run_id"] == current else ""
+    cells = [
+        f'<a href="/?run={esc(run["run_id"])}">{esc(run["run_id"])}</a>',
+        esc((run["ts"] or "").replace("T", " ")[:19]),
+        esc(run["agent"]),
+        esc(run["mode"]),
+        esc(run["status"] or ("running" if run["run_id"] == live else "unfinished")),
+        esc(f"{t.iterations} / {t.passed}"),
+        esc(fmt(t.prompt_tokens)),
+        esc(f"{t.saved_pct:.0f}%"),
+        esc(money(t.cost_usd) if t.cost_reported else "-"),
+    ]
+    tds = "".join(f"<td>{c}</td>" for c in cells)
+    return f'<tr{cls} data-run="{esc(run["run_id"])}">{tds}</tr>'
+
+
 def runs_table(items: list[dict[str, Any]], current: str | None, live: str | None) -> str:
-    rows = []
-    for run in items:
-        t = run["totals"]
-        cls = ' class="current"' if run["run_id"] == current else ""
-        cells = [
-            f'<a href="/?run={esc(run["run_id"])}">{esc(run["run_id"])}</a>',
-            esc((run["ts"] or "").replace("T", " ")[:19]),
-            esc(run["agent"]),
-            esc(run["mode"]),
-            esc(run["status"] or ("running" if run["run_id"] == live else "unfinished")),
-            esc(f"{t.iterations} / {t.passed}"),
-            esc(fmt(t.prompt_tokens)),
-            esc(f"{t.saved_pct:.0f}%"),
-            esc(money(t.cost_usd) if t.cost_reported else "-"),
-        ]
-        rows.append(f"<tr{cls}>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    rows = [run_row(run, current, live) for run in items]
     head = ("run", "started (UTC)", "agent", "mode", "status", "iter / passed", "prompt", "saved")
     return _table((*head, "cost"), rows, "runs")
 
@@ -304,7 +310,9 @@ def page(project: Any, selected: str | None) -> str:
         + "</section>",
         f"<section><h2>runs</h2>{runs_table(items, run_id, live_id)}</section>",
         "<section><h2>index and references</h2>"
-        + references_table(st["references"], reference_use(records))
+        + references_table(
+            st["references"], reference_use(records, [r["path"] for r in st["references"]])
+        )
         + "</section>",
         f"<section><h2>A/B reports</h2>{reports_list(ab_reports(project))}</section>",
     ]
@@ -346,7 +354,13 @@ async def events(project: Any, request: Request) -> AsyncIterator[dict[str, str]
                 yield {"event": "line", "data": line}
             its = ledger.iterations(records, run_id)
             for r in its[shown:]:
-                data = {"row": iteration_row(r), "chart": chart_svg(its)}
+                summary = next(x for x in runs(records) if x["run_id"] == run_id)
+                data = {
+                    "row": iteration_row(r),
+                    "chart": chart_svg(its),
+                    "run": run_id,
+                    "run_row": run_row(summary, run_id, live_id),
+                }
                 yield {"event": "iteration", "data": json.dumps(data)}
             shown = len(its)
             state = json.dumps(watch.facts(view, datetime.now(timezone.utc)))
@@ -354,7 +368,9 @@ async def events(project: Any, request: Request) -> AsyncIterator[dict[str, str]
                 last_state = state
                 yield {"event": "state", "data": state}
             if not view.live:
-                yield {"event": "end", "data": run_id}
+                summary = next(x for x in runs(records) if x["run_id"] == run_id)
+                row = run_row(summary, run_id, None)
+                yield {"event": "end", "data": json.dumps({"run": run_id, "run_row": row})}
                 return
         await asyncio.sleep(POLL_S)
 
@@ -422,10 +438,8 @@ def serve(project: Any, host: str = "127.0.0.1", port: int = 8765) -> int:
     config = uvicorn.Config(
         app(project), log_level="warning", lifespan="off", timeout_graceful_shutdown=1
     )
-    try:
+    # uvicorn re-raises the Ctrl-C it shut down on; for a server that is the normal stop.
+    with contextlib.suppress(KeyboardInterrupt):
         uvicorn.Server(config).run(sockets=[sock])
-    except KeyboardInterrupt:
-        # uvicorn re-raises the Ctrl-C it shut down on; for a server that is the normal stop.
-        pass
     print("ralph serve: stopped", flush=True)
     return 0

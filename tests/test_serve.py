@@ -161,13 +161,16 @@ def test_dashboard_in_chromium_shows_a_running_loop_live(tmp_path: Path, stop: l
         assert page.locator("#chart circle").count() == 2 * rows.count()
         assert page.locator("#runs tbody tr").count() == 2
         inlined = page.locator("#references tbody tr td:nth-child(4)").all_inner_texts()
-        assert inlined and any(int(n) > 0 for n in inlined if n.isdigit())
+        assert inlined and all(n.isdigit() for n in inlined) and any(int(n) for n in inlined)
         shot = os.environ.get("RALPH_DASHBOARD_SCREENSHOT")
         page.screenshot(path=shot or str(tmp_path / "dashboard.png"), full_page=True)
         page.wait_for_function(
             "document.querySelectorAll('#iterations tbody tr').length === 3", timeout=90_000
         )
         page.wait_for_selector("body.ended", timeout=60_000)
+        # The run's line in the runs table followed it too.
+        live_row = page.locator("#runs tbody tr").first.inner_text()
+        assert "exhausted" in live_row and "3 / 3" in live_row, live_row
         browser.close()
     assert run.wait(timeout=60) == 1  # 3 iterations done, stories remain
 

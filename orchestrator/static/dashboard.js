@@ -29,17 +29,23 @@
         facts.appendChild(div);
       });
     });
+    function replaceRun(data) {
+      var tr = document.querySelector('#runs tr[data-run="' + data.run + '"]');
+      if (tr) tr.outerHTML = data.run_row; // rendered and escaped by the server
+    }
     source.addEventListener("iteration", function (e) {
       var data = JSON.parse(e.data);
       rows.insertAdjacentHTML("beforeend", data.row); // rendered and escaped by the server
       chartBox.innerHTML = data.chart;
+      replaceRun(data);
     });
     source.addEventListener("run", function () {
       source.close();
       window.location.reload(); // a new run went live: show it
     });
-    source.addEventListener("end", function () {
+    source.addEventListener("end", function (e) {
       source.close();
+      replaceRun(JSON.parse(e.data));
       body.classList.add("ended");
       listen(""); // wait for the next run
     });
