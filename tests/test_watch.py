@@ -152,3 +152,33 @@ def test_transcript_tail_reads_only_whole_new_lines(tmp_path: Path) -> None:
         f.write("ial\nthird\n")
     assert tail.poll(log) == ["partial", "third"]
     assert list(tail.last) == ["second", "partial", "third"]
+
+
+def test_follow_shows_a_usage_limit_wait_with_its_countdown(tmp_path: Path) -> None:
+    root = make_project(
+        tmp_path / "p",
+        1,
+        sim_args=["--fault", "limit-event", "--fault-times", "1", "--limit-reset", "4"],
+    )
+    proc = subprocess.Popen(
+        [*RALPH, "run", "--tool", "sim"],
+        cwd=root,
+        env=env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        side = root / "ralph" / "logs" / "ralph.lock.json"
+        deadline = time.monotonic() + 30
+        while not side.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, "the run never started"
+            time.sleep(0.05)
+        follow = ralph(root, "status", "--follow", "--interval", "0.2", timeout=120)
+        assert follow.returncode == 0, follow.stderr
+        waits = [line for line in follow.stdout.splitlines() if "waiting: usage limit" in line]
+        assert waits, follow.stdout
+        assert re.search(r"waiting: usage limit \(\w+\): \d+s left, resets 20\d\d-", waits[0])
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
