@@ -16,7 +16,7 @@ from orchestrator.cli import add_common
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "status",
-        help="stories, the index, references and the last run",
+        help="stories, the index, references, the last run (--follow: watch the live run)",
         description="Show the stories, the index and references with their sizes, the last "
         "run from the ledger and, while `ralph run` is going on, the live run (pid, story, "
         "iteration, since). --follow watches the live run until it ends.",
