@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import audit, cli, compact, project
+from orchestrator import cli, project
+from orchestrator.upkeep import audit, compact
 
 TOPICS = {
     "Auth flow": "auth-flow.md",

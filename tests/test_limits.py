@@ -9,7 +9,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from orchestrator.agents.base import AgentResult
-from orchestrator.limits import LimitSignal, detect, is_transient
+from orchestrator.agents.limits import LimitSignal, detect, is_transient
 
 sys.path.insert(0, str(Path(__file__).parent / "fakes"))
 from install import fixtures_dir  # noqa: E402

@@ -9,14 +9,15 @@ from pathlib import Path
 import pytest
 from run_helpers import git, make_project
 
-from orchestrator import ledger, limits
+from orchestrator import ledger
+from orchestrator.agents import limits
 from orchestrator.agents.base import AgentResult, Usage
-from orchestrator.display import Display
+from orchestrator.agents.runner import RunOutcome
 from orchestrator.errors import BudgetExhausted, Stuck
-from orchestrator.iteration import Attempt, WorkState
-from orchestrator.loop import Loop, RunOptions
 from orchestrator.project import locate
-from orchestrator.runner import RunOutcome
+from orchestrator.run.display import Display
+from orchestrator.run.iteration import Attempt, WorkState
+from orchestrator.run.loop import Loop, RunOptions
 
 NOW = datetime(2026, 11, 30, 6, 0, tzinfo=timezone.utc)
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import runner
+from orchestrator.agents import runner
 
 sys.path.insert(0, str(Path(__file__).parent / "fakes"))
 from install import install  # noqa: E402

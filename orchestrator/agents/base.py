@@ -2,7 +2,7 @@
 
 An adapter knows three things about one coding-agent CLI: how to spawn it (`argv`, `env`,
 `prompt_via`), how to show its output live (`display`), and how to read its output once it
-has exited (`parse`). It never spawns anything itself: `orchestrator.runner` does that, so
+has exited (`parse`). It never spawns anything itself: `orchestrator.agents.runner` does that, so
 only the runner knows about ptys and process groups.
 
 Settings come from ralph.yaml's `agents.<name>` entry (see `orchestrator.config`): `command`
@@ -22,8 +22,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
+from orchestrator.agents.limits import LimitSignal, detect
 from orchestrator.errors import AgentNotFound, ConfigError, InputError
-from orchestrator.limits import LimitSignal, detect
 
 PromptVia = Literal["stdin", "file", "argument"]
 PROMPT_VIAS: tuple[str, ...] = ("stdin", "file", "argument")

@@ -31,8 +31,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from orchestrator import compact, project
+    from orchestrator import project
     from orchestrator.tokens import fmt
+    from orchestrator.upkeep import compact
 
     proj = project.locate(Path.cwd(), args.ralph_dir)
     if args.recover or args.rollback or compact.pending(proj.ralph_dir):
@@ -73,7 +74,7 @@ def _print_plan(plan, fmt) -> None:
 
 
 def _condense(proj, plan, agent: str, *, apply: bool) -> int:
-    from orchestrator import compact
+    from orchestrator.upkeep import compact
 
     if not plan.oversized:
         print("no reference is over references.max_tokens")

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from orchestrator.cli import add_common
-from orchestrator.scaffold import example_prds, init_project
+from orchestrator.upkeep.scaffold import example_prds, init_project
 
 _LABEL = {
     "created": "created",

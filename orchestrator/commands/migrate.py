@@ -22,8 +22,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from orchestrator import compact, migrate, project
+    from orchestrator import project
     from orchestrator.tokens import fmt
+    from orchestrator.upkeep import compact, migrate
 
     proj = project.locate(Path.cwd(), args.ralph_dir)
     if compact.pending(proj.ralph_dir):

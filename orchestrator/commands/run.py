@@ -146,7 +146,8 @@ def overrides(args: argparse.Namespace, max_iterations: int | None) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    from orchestrator import log, loop, project
+    from orchestrator import log, project
+    from orchestrator.run import loop
 
     log.configure(None, verbose=args.verbose)  # config warnings as readable stderr lines
     max_iter, ignored = _merge_rest(args)

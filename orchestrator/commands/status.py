@@ -21,7 +21,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from orchestrator import project, status
+    from orchestrator import project
+    from orchestrator.run import status
 
     proj = project.locate(Path.cwd(), args.ralph_dir)
     st = status.collect(proj)
@@ -33,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def render(st: dict, console: Console) -> None:
-    from orchestrator.display import duration, money
+    from orchestrator.run.display import duration, money
     from orchestrator.tokens import fmt
 
     s = st["stories"]

@@ -15,11 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from orchestrator import checks, fsutil, git, limits, runner
+from orchestrator import fsutil, git
+from orchestrator.agents import limits, runner
 from orchestrator.errors import InputError
+from orchestrator.run import checks
 
 if TYPE_CHECKING:
-    from orchestrator.loop import Loop
+    from orchestrator.run.loop import Loop
 
 log = structlog.get_logger()
 SENTINEL = "<promise>COMPLETE</promise>"
@@ -144,7 +146,7 @@ class Iteration:
     """Prepare once, spawn one or more attempts, then record the last one."""
 
     def __init__(self, loop: Loop, n: int, story: Any, prd: Any) -> None:
-        from orchestrator.memory import Memory
+        from orchestrator.memory.store import Memory
 
         self.loop = loop
         self.project = loop.project
@@ -200,7 +202,7 @@ class Iteration:
     def _assess(
         self, outcome: runner.RunOutcome, result: Any, before: WorkState, transcript: Path
     ) -> Attempt:
-        from orchestrator.prd import Prd
+        from orchestrator.memory.prd import Prd
 
         passed = all_passed = False
         prd_error = None
@@ -228,7 +230,7 @@ class Iteration:
     def verify(self, attempt: Attempt) -> Any:
         """Post-story checks (they repair lost history); prd.json is re-read afterwards,
         since a repair may have restored it."""
-        from orchestrator.prd import Prd
+        from orchestrator.memory.prd import Prd
 
         self.report = checks.verify(self.snapshot, self.project, self.story, attempt.result)
         attempt.passed = bool(self.report.story_passed)
@@ -277,7 +279,7 @@ class Iteration:
 
 def build_prompt(loop: Loop, story: Any, memory: Any) -> Any:
     """The one place the loop asks for a prompt (prompt.assemble; notes = check fixes)."""
-    from orchestrator import prompt
+    from orchestrator.run import prompt
 
     return prompt.assemble(
         loop.project, story, memory, mode=loop.mode, notes=loop.notes, tool=loop.agent.name

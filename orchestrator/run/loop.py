@@ -24,10 +24,9 @@ from typing import Any
 
 import structlog
 
-from orchestrator import archive, ledger, runner
+from orchestrator import ledger
 from orchestrator import log as runlog
-from orchestrator.budget import Budget
-from orchestrator.display import Display, summary_line
+from orchestrator.agents import runner
 from orchestrator.errors import (
     EXIT_ITERATIONS_EXHAUSTED,
     EXIT_OK,
@@ -37,7 +36,10 @@ from orchestrator.errors import (
     Interrupted,
     Stuck,
 )
-from orchestrator.iteration import SENTINEL, Attempt, Iteration
+from orchestrator.run import archive
+from orchestrator.run.budget import Budget
+from orchestrator.run.display import Display, summary_line
+from orchestrator.run.iteration import SENTINEL, Attempt, Iteration
 
 log = structlog.get_logger()
 
@@ -148,7 +150,7 @@ class Loop:
             self._finish(status, exit_code, message)
 
     def _prepare_files(self) -> None:
-        from orchestrator.prd import Prd
+        from orchestrator.memory.prd import Prd
 
         p = self.project
         Prd.load(Path(p.prd_path))  # a missing or invalid prd.json stops here, nothing changed
@@ -164,7 +166,7 @@ class Loop:
         archive.ensure_progress(Path(p.progress_path), archive.ralph_date())
 
     def _loop(self) -> tuple[str, int, str]:
-        from orchestrator.prd import Prd
+        from orchestrator.memory.prd import Prd
 
         self.display.line(
             f"Starting Ralph - Tool: {self.agent.name} - Max iterations: "
@@ -337,7 +339,7 @@ class Loop:
 
     # ---- the end ----------------------------------------------------------------------------
     def _summary(self, status: str, exit_code: int, message: str) -> RunSummary:
-        from orchestrator.prd import Prd
+        from orchestrator.memory.prd import Prd
 
         prd = Prd.load(Path(self.project.prd_path))
         return RunSummary(

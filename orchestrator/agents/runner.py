@@ -31,7 +31,7 @@ from typing import IO, TYPE_CHECKING, Literal
 import pexpect
 import structlog
 
-from orchestrator import stdin_exec
+from orchestrator.agents import stdin_exec
 from orchestrator.redact import Redactor
 
 if TYPE_CHECKING:

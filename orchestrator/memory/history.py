@@ -20,7 +20,12 @@ from __future__ import annotations
 
 import difflib
 
-from orchestrator.progress import INDEX_HEADING_LINE, SECTION_START, fenced_lines, split_lines
+from orchestrator.memory.progress import (
+    INDEX_HEADING_LINE,
+    SECTION_START,
+    fenced_lines,
+    split_lines,
+)
 
 _HEADER_KEY = "\0header"
 

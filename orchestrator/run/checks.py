@@ -29,13 +29,13 @@ import structlog
 
 from orchestrator import fsutil, git
 from orchestrator.errors import InputError, PathEscapeError
-from orchestrator.history import merge_history
-from orchestrator.prd import Prd, Story
-from orchestrator.progress import Progress, split_lines
+from orchestrator.memory.history import merge_history
+from orchestrator.memory.prd import Prd, Story
+from orchestrator.memory.progress import Progress, split_lines
 
 if TYPE_CHECKING:
+    from orchestrator.memory.references import ReferenceStore
     from orchestrator.project import Project
-    from orchestrator.references import ReferenceStore
 
 log = structlog.get_logger()
 

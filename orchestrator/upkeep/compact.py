@@ -25,8 +25,9 @@ from typing import Any
 
 import structlog
 
-from orchestrator import audit, fsutil, tokens
+from orchestrator import fsutil, tokens
 from orchestrator.errors import InputError
+from orchestrator.upkeep import audit
 
 log = structlog.get_logger()
 
@@ -420,7 +421,7 @@ Do not edit any other file. When done, reply with one line saying what you remov
 def condense_with_agent(project: Any, row: audit.Row, agent_name: str, *, apply: bool) -> int:
     """Ask an agent to condense one oversized reference, then verify it shrank and kept its
     topic; the original is archived first and restored when the result is refused."""
-    from orchestrator import runner
+    from orchestrator.agents import runner
     from orchestrator.agents.base import get_agent
 
     mem = audit.MemoryFiles.load(project)

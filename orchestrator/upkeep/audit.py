@@ -61,7 +61,7 @@ def split_row(line: str) -> list[str] | None:
 
 def sections(lines: list[str]) -> list[tuple[str, int, int]]:
     """(heading, start, end) of every `## ` section, ignoring headings inside code fences."""
-    from orchestrator.migrate import _fenced  # one reading of code fences for both
+    from orchestrator.upkeep.migrate import _fenced  # one reading of code fences for both
 
     fenced = _fenced(lines)
     starts = [
@@ -82,7 +82,7 @@ def is_log_section(heading: str) -> bool:
     if is_reserved(heading):
         return False
     try:
-        from orchestrator.progress import looks_like_entry
+        from orchestrator.memory.progress import looks_like_entry
     except ImportError:  # progress.py not landed yet: any other section is an entry
         return True
     return looks_like_entry(heading)
@@ -90,7 +90,7 @@ def is_log_section(heading: str) -> bool:
 
 def story_ids(heading: str) -> list[str]:
     try:
-        from orchestrator.progress import extract_story_ids
+        from orchestrator.memory.progress import extract_story_ids
     except ImportError:
         return re.findall(r"\b[A-Za-z]+-\d+(?:\.\d+)*\b", heading)
     return extract_story_ids(heading)
@@ -275,7 +275,7 @@ def _always_findings(mem: MemoryFiles) -> list[Finding]:
 
 
 def _journal_findings(project: Any) -> list[Finding]:
-    from orchestrator import compact
+    from orchestrator.upkeep import compact
 
     jdir = compact.pending(project.ralph_dir)
     if jdir is None:

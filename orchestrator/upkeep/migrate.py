@@ -22,10 +22,10 @@ import structlog
 
 from orchestrator import fsutil, tokens
 from orchestrator.errors import InputError
-from orchestrator.references import slugify
+from orchestrator.memory.references import slugify
 
 if TYPE_CHECKING:
-    from orchestrator.prd import Prd
+    from orchestrator.memory.prd import Prd
 
 log = structlog.get_logger()
 
@@ -508,7 +508,7 @@ def _chunk(items: list[Item], fill: int) -> list[list[Item]]:
 
 
 def _taken(name: str, taken: set[str]) -> bool:
-    from orchestrator.audit import similar
+    from orchestrator.upkeep.audit import similar
 
     return any(similar(name, t) for t in taken)
 
@@ -922,7 +922,7 @@ class Migration:
 def _load_prd(project: Any) -> Any:
     if not Path(project.prd_path).is_file():
         return None
-    from orchestrator.prd import Prd
+    from orchestrator.memory.prd import Prd
 
     try:
         return Prd.load(project.prd_path)
@@ -1033,7 +1033,7 @@ def _with_always(old: str) -> str | None:
 
 def apply(project: Any, migration: Migration) -> None:
     """Write everything in one journalled transaction (see compact.Transaction)."""
-    from orchestrator.compact import Transaction
+    from orchestrator.upkeep.compact import Transaction
 
     if not migration.writes:
         return
