@@ -141,7 +141,7 @@ def test_amp_sums_assistant_usage_once_per_message():
     text = amp_transcript_from_claude(fixture_text("claude-code/story-complete.stream.jsonl"))
     result = amp.parse(text, 0)
     assert result.usage.input_tokens == 116522 and result.usage.output_tokens == 6
-    assert result.cost_usd is None and not amp.reports_cost
+    assert result.cost_usd is None
     assert result.final_message.endswith(SENTINEL) and not result.is_error
 
 

@@ -163,7 +163,6 @@ def test_adapter_spawns_the_sim_module_with_settings(tmp_path: Path) -> None:
     assert agent.stdin_file(tmp_path / "p.md") == tmp_path / "p.md"
     env = agent.env()
     assert env["RALPH_SIM_FAULT"] == "noop" and "PYTHONPATH" in env
-    assert agent.reports_usage and agent.reports_cost and agent.stream_json
 
 
 # ---- full and indexed mode --------------------------------------------------------------------

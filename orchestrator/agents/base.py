@@ -153,17 +153,11 @@ class Agent:
       prompt_via     how the prompt reaches the CLI: "stdin" (the runner redirects the prompt
                      file to fd 0, then EOF), "file" (its path is in argv) or "argument"
                      (its text is in argv; limited to ~128 KiB by Linux).
-      stream_json    output is JSON lines (else plain text).
-      reports_usage  `parse` can fill `usage` from the output.
-      reports_cost   `parse` can fill `cost_usd` from the output.
     """
 
     name: ClassVar[str] = "agent"
     binary: ClassVar[str] = "agent"  # default argv[0]; `agents.<name>.command` overrides
     default_prompt_via: ClassVar[PromptVia] = "stdin"
-    stream_json: ClassVar[bool] = True
-    reports_usage: ClassVar[bool] = True
-    reports_cost: ClassVar[bool] = False
 
     def __init__(self, settings: Any = None) -> None:
         self.settings = AgentSettings.coerce(settings, self.name)

@@ -32,9 +32,6 @@ class SimAgent(ClaudeAgent):
     name = "sim"
     binary = "python"
     default_prompt_via = "stdin"
-    stream_json = True
-    reports_usage = True
-    reports_cost = True
 
     def command(self) -> list[str]:
         return list(self.settings.command or [sys.executable, "-m", "orchestrator.sim.agent"])

@@ -6,7 +6,7 @@ import argparse
 import os
 from pathlib import Path
 
-from orchestrator.cli import add_common
+from orchestrator.commands.common import add_common
 from orchestrator.project import locate
 from orchestrator.reports import ab
 

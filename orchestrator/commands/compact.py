@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from orchestrator.cli import add_common
+from orchestrator.commands.common import add_common
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -32,12 +32,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from orchestrator import project
+    from orchestrator.memory import journal
     from orchestrator.tokens import fmt
     from orchestrator.upkeep import compact
 
     proj = project.locate(Path.cwd(), args.ralph_dir)
-    if args.recover or args.rollback or compact.pending(proj.ralph_dir):
-        done = compact.recover(proj.ralph_dir, rollback=args.rollback)
+    if args.recover or args.rollback or journal.pending(proj.ralph_dir):
+        done = journal.recover(proj.ralph_dir, rollback=args.rollback)
         print(f"ralph compact: {done or 'no interrupted apply to recover'}")
         if args.recover or args.rollback:
             return 0

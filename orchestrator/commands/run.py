@@ -12,7 +12,7 @@ import re
 import sys
 from pathlib import Path
 
-from orchestrator.cli import add_common
+from orchestrator.commands.common import add_common
 
 _NUMBER = re.compile(r"^[0-9]+$")
 

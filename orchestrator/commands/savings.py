@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
-from orchestrator.cli import add_common
+from orchestrator.commands.common import add_common
 
 if TYPE_CHECKING:
     from orchestrator.reports.savings import Savings

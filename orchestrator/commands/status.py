@@ -10,7 +10,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from orchestrator.cli import add_common
+from orchestrator.commands.common import add_common
 
 
 def register(sub: argparse._SubParsersAction) -> None:
