@@ -313,7 +313,7 @@ def test_hang_after_output_shows_work_then_times_out(repo: Path) -> None:
         repo,
         "Story: US-001\n",
         env={"RALPH_SIM_FAULT": "hang-after-output"},
-        idle_timeout=1.5,
+        idle_timeout=4,  # margin for a loaded machine: output must come first
         grace=1,
     )
     assert outcome.timed_out == "idle"
