@@ -141,6 +141,19 @@ def test_limit_wait_uses_reset_time_else_fallback(loop: Loop) -> None:
     assert [w["source"].startswith("no reset") for w in waits] == [False, True]
 
 
+def test_limit_reset_just_passed_rechecks_with_growing_capped_waits(loop: Loop) -> None:
+    # "resets 1pm (UTC)" still shown at 13:42: retry soon, back off while it persists.
+    sig = limits.LimitSignal(NOW - timedelta(minutes=42), "resets 1pm (UTC)", "usage")
+    waits = [loop._wait_for_limit(_It, _attempt(exit_code=1, limit=sig), 0) for _ in range(4)]
+    assert waits == [60, 90, 90, 90]  # limits.recheck doubling, capped at fallback_wait
+    sources = [r["source"] for r in ledger.read(loop.ledger.path) if r["event"] == "limit_wait"]
+    assert sources[-1].endswith("has passed: recheck 4")
+    # A fresh future reset starts the backoff over.
+    future = limits.LimitSignal(NOW + timedelta(seconds=10), "resets soon", "usage")
+    assert loop._wait_for_limit(_It, _attempt(exit_code=1, limit=future), 0) == 12
+    assert loop._wait_for_limit(_It, _attempt(exit_code=1, limit=sig), 0) == 60
+
+
 def test_limit_wait_beyond_max_wait_stops(loop: Loop) -> None:
     sig = limits.LimitSignal(NOW + timedelta(hours=5), "resets 11am", "usage")
     with pytest.raises(BudgetExhausted, match="limits.max_wait"):

@@ -71,6 +71,13 @@ def _add_flags(p: argparse.ArgumentParser) -> None:
         help="pause between iterations (sleep_between, ralph.sh: 2)",
     )
     p.add_argument(
+        "--max-retries",
+        type=int,
+        metavar="N",
+        help="retries of a failed agent call within one iteration (retries.transient, "
+        "default 3); every retry is an agent call and counts against MAX_ITERATIONS",
+    )
+    p.add_argument(
         "--stuck-after",
         type=int,
         metavar="N",
@@ -102,7 +109,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "words",
         nargs=argparse.REMAINDER,
         metavar="MAX_ITERATIONS",
-        help="maximum iterations (default: ralph.yaml's max_iterations, else 10)",
+        help="maximum agent calls, retries included, as in ralph.sh (default: ralph.yaml's "
+        "max_iterations, else 10)",
     )
     p.set_defaults(func=run)
 
@@ -142,6 +150,7 @@ def overrides(args: argparse.Namespace, max_iterations: int | None) -> dict:
         "timeouts.idle": args.idle_timeout,
         "sleep_between": args.sleep_between,
         "stuck_after": args.stuck_after,
+        "retries.transient": args.max_retries,
     }
 
 
