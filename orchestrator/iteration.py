@@ -129,10 +129,12 @@ class Attempt:
     def outcome_name(self) -> str:
         if self.interrupted:
             return "interrupted"
-        if self.outcome.timed_out:
-            return "timeout"
+        # prd.json is the truth: an agent that marked its story passed (and, say, was still
+        # printing or exiting when the wall timeout fired) passed; `timed_out` still says so.
         if self.passed:
             return "passed"
+        if self.outcome.timed_out:
+            return "timeout"
         if self.prd_error:
             return "error"
         if self.exit_code not in (0, None) or self.result.is_error:

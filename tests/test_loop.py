@@ -62,6 +62,7 @@ def test_outcomes() -> None:
     assert _attempt().outcome_name() == "no_progress"
     assert _attempt(exit_code=1, error="boom").outcome_name() == "failed"
     assert _attempt(timed_out="idle", exit_code=-15).outcome_name() == "timeout"
+    assert _attempt(timed_out="wall", exit_code=-15, passed=True).outcome_name() == "passed"
     assert _attempt(interrupted=True, passed=True).outcome_name() == "interrupted"
 
 
