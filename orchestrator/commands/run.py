@@ -125,7 +125,8 @@ def _merge_rest(args: argparse.Namespace) -> tuple[int | None, list[str]]:
     p.set_defaults(**{k: None for k in vars(args) if k not in ("words",)})
     later, unknown = p.parse_known_intermixed_args(args.words)
     for key, value in vars(later).items():
-        if key != "rest" and value not in (None, False):
+        # `is`, not `in`: 0 == False, and `--sleep 0` / `--max-retries 0` are real values.
+        if key != "rest" and value is not None and value is not False:
             setattr(args, key, value)
     max_iter = None
     ignored = list(unknown)

@@ -33,7 +33,7 @@ mode, calls_file = sys.argv[1], sys.argv[2]
 with open(calls_file, "a") as f:
     f.write(f"{os.getpid()}\n")
 calls = len(open(calls_file).read().split())
-say = os.environ.get("FAKE_SAY", "")
+say = os.environ.get("FAKE_SAY", "").replace("{soon}", str(int(time.time()) + 3))
 
 def mark_passed():
     path = os.path.join("scripts", "ralph", "prd.json")
@@ -196,8 +196,7 @@ def test_limit_reset_long_past_is_tomorrow_and_stops_exit_3(tmp_path: Path) -> N
 
 
 def test_limit_reset_soon_waits_then_retries_same_story(tmp_path: Path) -> None:
-    epoch = int(time.time()) + 3
-    say = f"Claude AI usage limit reached|{epoch}"
+    say = "Claude AI usage limit reached|{soon}"  # the agent puts its clock + 3 s there
     root, calls = _setup(tmp_path, "limit", limits={"max_wait": 60})
     out = _run(root, "run", "3", FAKE_SAY=say)
     assert out.returncode == 0, out.stdout + out.stderr
