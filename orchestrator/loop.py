@@ -79,6 +79,11 @@ def run(project: Any, options: RunOptions | None = None) -> RunSummary:
         return Loop(project, options).run()
 
 
+def _crashed(rec: dict[str, Any]) -> bool:
+    """The agent exited with an error and changed nothing (a timeout is not a crash)."""
+    return rec["outcome"] == "failed" and not rec.get("committed") and not rec.get("files_changed")
+
+
 class ChecksFailed(FatalError):
     """`checks: fail` and a post-story check found an error: the run stops (exit 4, like a
     stuck loop: the loop cannot safely go on by itself)."""
@@ -204,7 +209,7 @@ class Loop:
     def _exhausted(self, prd: Any) -> tuple[str, int, str]:
         """The cap on agent calls is used up. If every call of the run failed, say so with
         exit 4 (the agent is broken, more calls will not help) rather than exit 1."""
-        if self.records and all(r["outcome"] in ("failed", "timeout") for r in self.records):
+        if self.records and all(_crashed(r) for r in self.records):
             last = self.records[-1]
             raise Stuck(
                 f"the agent failed on every call of this run ({self._calls_text()}; cap "
@@ -218,9 +223,9 @@ class Loop:
             "exhausted",
             EXIT_ITERATIONS_EXHAUSTED,
             (
-                f"Ralph reached max iterations ({self.max_iterations}; {self._calls_text()}) "
-                f"without completing all tasks: {prd.passed_count()}/{len(prd.stories)} "
-                f"stories pass. Check {self.project.progress_path} for status."
+                f"Ralph reached max iterations ({self.max_iterations}) without completing "
+                f"all tasks: {prd.passed_count()}/{len(prd.stories)} stories pass "
+                f"({self._calls_text()}). Check {self.project.progress_path} for status."
             ),
         )
 
