@@ -154,6 +154,7 @@ def _limit_events(root: Path) -> list[dict]:
 # ---- item 5: limit messages with past, future and garbled resets ---------------------------
 
 
+@pytest.mark.e2e
 def test_limit_reset_just_passed_rechecks_with_growing_waits(tmp_path: Path) -> None:
     now = datetime.now(timezone.utc)
     past = now.replace(minute=0, second=0, microsecond=0)  # "resets 4pm" seen at 16:xx
@@ -216,6 +217,7 @@ def test_limit_with_garbled_reset_uses_fallback_wait(tmp_path: Path) -> None:
     _no_leftovers(calls)
 
 
+@pytest.mark.e2e
 def test_limit_message_that_never_goes_away_ends_at_max_wait(tmp_path: Path) -> None:
     past = datetime.now(timezone.utc) - timedelta(minutes=30)
     say = f"You've hit your limit · resets {_clock(past)} (UTC)"
@@ -270,6 +272,7 @@ def test_agent_exiting_nonzero_after_marking_passed_is_passed(tmp_path: Path) ->
 # ---- item 7: huge lines, binary output, silence, timeouts after the work -------------------
 
 
+@pytest.mark.e2e
 def test_100mb_line_then_pass_is_passed_fast_and_bounded(tmp_path: Path) -> None:
     root, calls = _setup(tmp_path, "bigline", timeouts={"iteration": 90, "idle": 60})
     # A wrapper reports the peak RSS of ralph and its descendants (the agent writes 1 MB
