@@ -24,7 +24,7 @@ from typing import Any
 
 import structlog
 
-from orchestrator import archive, ledger, limits, runner
+from orchestrator import archive, ledger, runner
 from orchestrator import log as runlog
 from orchestrator.budget import Budget
 from orchestrator.display import Display, summary_line
@@ -278,8 +278,11 @@ class Loop:
             self.retries += 1
             self._retry_transient(it, attempt, retries)
 
-    def _limit_wait(self, sig: limits.LimitSignal) -> tuple[float, str]:
-        """(seconds to wait, why) for one limit signal; counts rechecks of a stale one."""
+    def _limit_wait(self, attempt: Attempt) -> tuple[float, str]:
+        """(seconds to wait, why) for the attempt's limit signal; counts rechecks of a stale
+        one (a reset already passed)."""
+        sig = attempt.limit
+        assert sig is not None
         lim = self.cfg.limits
         now = self.options.now()
         if sig.reset_at is None:
@@ -298,7 +301,7 @@ class Loop:
     def _wait_for_limit(self, it: Iteration, attempt: Attempt, waited: float) -> float:
         sig = attempt.limit
         assert sig is not None
-        secs, source = self._limit_wait(sig)
+        secs, source = self._limit_wait(attempt)
         if waited + secs > self.cfg.limits.max_wait:
             already = f" after waiting {waited / 60:.0f} min" if waited else ""
             raise BudgetExhausted(
