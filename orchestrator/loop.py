@@ -328,6 +328,8 @@ class Loop:
     def _retry_transient(self, it: Iteration, attempt: Attempt, retry: int) -> None:
         # Capped: a large retries.backoff doubled many times must not overflow time.sleep.
         delay = min(RETRY_DELAY_CAP, self.cfg.retries.backoff * 2.0 ** min(retry - 1, 40))
+        if not attempt.known_transient:
+            delay = min(delay, float(self.cfg.sleep_between))  # see Attempt.known_transient
         self.budget.spend(attempt.reported_tokens(), attempt.cost_usd())
         self.ledger.event(
             "transient_retry",

@@ -235,7 +235,10 @@ def test_limit_message_that_never_goes_away_ends_at_max_wait(tmp_path: Path) -> 
 
 
 def test_crashing_agent_run_5_makes_at_most_5_calls_and_exits_4(tmp_path: Path) -> None:
-    root, calls = _setup(tmp_path, "crash", n=2, retries={"transient": 3, "backoff": 0.2})
+    # ralph.yaml's defaults for retries (3, backoff 30 s) and sleep_between (2 s).
+    root, calls = _setup(
+        tmp_path, "crash", n=2, retries={"transient": 3, "backoff": 30}, sleep_between=2
+    )
     out = _run(root, "run", "5")
     assert out.returncode == 4, out.stdout + out.stderr
     assert len(_pids(calls)) == 5  # ralph.sh makes 5 calls too
@@ -243,7 +246,20 @@ def test_crashing_agent_run_5_makes_at_most_5_calls_and_exits_4(tmp_path: Path) 
     assert "(exit 1)" in out.stderr
     end = ledger(root)[-1]
     assert (end["event"], end["agent_calls"], end["retries"]) == ("run_end", 5, 3)
-    assert out.elapsed < 60  # type: ignore[attr-defined]
+    # An unexplained crash is retried after sleep_between, not after 30, 60, 120 s.
+    retries = [r for r in ledger(root) if r["event"] == "transient_retry"]
+    assert [r["delay_s"] for r in retries] == [2, 2, 2]
+    assert out.elapsed < 90  # type: ignore[attr-defined]
+    _no_leftovers(calls)
+
+
+def test_known_transient_error_backs_off_then_passes(tmp_path: Path) -> None:
+    root, calls = _setup(tmp_path, "limit", retries={"transient": 3, "backoff": 1})
+    out = _run(root, "run", "5", FAKE_SAY="API Error: 529 Overloaded", FAKE_TIMES="2")
+    assert out.returncode == 0, out.stdout + out.stderr
+    retries = [r for r in ledger(root) if r["event"] == "transient_retry"]
+    assert [r["delay_s"] for r in retries] == [1, 2]  # growing backoff for a named cause
+    assert [(r["outcome"], r["attempts"]) for r in iterations(root)] == [("passed", 3)]
     _no_leftovers(calls)
 
 
