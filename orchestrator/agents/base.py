@@ -201,13 +201,34 @@ class Agent:
         """Return the resolved executable path, or raise AgentNotFound naming the fix."""
         exe = self.command()[0]
         # The agent runs with its own env overlay, which may set PATH.
-        found = shutil.which(exe, path=self.env().get("PATH") or os.environ.get("PATH"))
+        search = self.env().get("PATH") or os.environ.get("PATH") or ""
+        found = shutil.which(exe, path=search)
         if not found:
-            raise AgentNotFound(
-                f"agent '{self.name}' not found on PATH: install it or set "
-                f"agents.{self.name}.command in ralph.yaml"
-            )
+            raise AgentNotFound(self._not_runnable(exe, search))
         return found
+
+    def _not_runnable(self, exe: str, search: str) -> str:
+        """Why `exe` cannot be run: a file without the execute bit and a folder are named
+        as such (with the fix); only a name found nowhere is "not found on PATH"."""
+        fix = f"set agents.{self.name}.command in ralph.yaml"
+        if os.sep in exe or (os.altsep and os.altsep in exe):
+            candidates = [Path(exe)]
+            where = f"'{exe}'"
+        else:
+            candidates = [Path(d or ".") / exe for d in search.split(os.pathsep)]
+            where = "PATH"
+        for path in candidates:
+            if path.is_dir():
+                return (
+                    f"agent '{self.name}': {path} is a folder, not a program: {fix} to the "
+                    "executable inside it"
+                )
+            if path.is_file() and not os.access(path, os.X_OK):
+                return (
+                    f"agent '{self.name}': found at {path} but not executable "
+                    f"(chmod +x {shlex.quote(str(path))}), or {fix}"
+                )
+        return f"agent '{self.name}' not found on {where}: install it or {fix}"
 
     # ---- reading output -------------------------------------------------------------------
     def display(self, line: str) -> str | None:

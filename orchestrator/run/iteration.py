@@ -106,9 +106,16 @@ class Attempt:
         """Worth a quick retry: a known transient error, or a crash that changed nothing."""
         if self.passed or self.interrupted or self.outcome.timed_out or self.limit:
             return False
-        if limits.is_transient(self.result, self.outcome.output):
+        if self.known_transient:
             return True
         return self.exit_code not in (0, None) and not self.files_changed
+
+    @property
+    def known_transient(self) -> bool:
+        """The failure names a passing cause (5xx, overload, network): worth backing off for.
+        An unexplained crash is retried too, but after sleep_between, like ralph.sh's next
+        iteration: backing off minutes for a broken agent only delays the stuck verdict."""
+        return limits.is_transient(self.result, self.outcome.output)
 
     def reported_tokens(self) -> int | None:
         u = self.result.usage
@@ -131,10 +138,12 @@ class Attempt:
     def outcome_name(self) -> str:
         if self.interrupted:
             return "interrupted"
-        if self.outcome.timed_out:
-            return "timeout"
+        # prd.json is the truth: an agent that marked its story passed (and, say, was still
+        # printing or exiting when the wall timeout fired) passed; `timed_out` still says so.
         if self.passed:
             return "passed"
+        if self.outcome.timed_out:
+            return "timeout"
         if self.prd_error:
             return "error"
         if self.exit_code not in (0, None) or self.result.is_error:
