@@ -40,23 +40,13 @@ def build_parser() -> argparse.ArgumentParser:
         description="Ralph's agent loop with an indexed memory (ralph-index).",
     )
     parser.add_argument("--version", action="version", version=f"ralph-index {__version__}")
+    # `ralph completion` describes the whole command line: it gets the parser itself.
+    parser.set_defaults(root_parser=parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         module = importlib.import_module(f"orchestrator.commands.{name}")
         module.register(sub)
     return parser
-
-
-def add_common(parser: argparse.ArgumentParser) -> None:
-    """Flags every project command shares."""
-    parser.add_argument(
-        "--dir",
-        dest="ralph_dir",
-        metavar="DIR",
-        help="the Ralph folder holding prd.json and progress.txt "
-        "(default: ralph.yaml's ralph_dir, else scripts/ralph/ if it has prd.json, else .)",
-    )
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug output")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

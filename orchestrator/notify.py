@@ -22,8 +22,8 @@ from typing import Any
 import structlog
 
 from orchestrator.config import NotifyConfig
-from orchestrator.display import duration, money
 from orchestrator.redact import Redactor
+from orchestrator.run.display import duration, money
 from orchestrator.tokens import fmt
 
 log = structlog.get_logger()
@@ -124,7 +124,7 @@ class Notifier:
             if not sender.add(os.path.expandvars(url)):
                 # The URL itself may hold a token: name it by position only.
                 return f"notify.urls[{i}] is not a valid Apprise URL"
-        with apprise.LogCapture(level=logging.WARNING) as captured:
+        with apprise.LogCapture(level=logging.WARNING) as captured:  # type: ignore[no-untyped-call]
             ok = sender.notify(title=event.title, body=event.body, notify_type=event.level)
         if ok:
             return None

@@ -22,7 +22,7 @@ from orchestrator.config import CONFIG_FILE, Config, load_config
 from orchestrator.errors import InputError
 
 if TYPE_CHECKING:  # references.py is helper A's; imported lazily in locate()
-    from orchestrator.references import ReferenceStore
+    from orchestrator.memory.references import ReferenceStore
 
 LEGACY_DIR = Path("scripts") / "ralph"
 
@@ -92,7 +92,7 @@ def locate(
     Nothing is created or required to exist except a readable ralph.yaml when there is one:
     commands that need prd.json report its absence with its full path.
     """
-    from orchestrator.references import ReferenceStore  # lazy: helper A's module
+    from orchestrator.memory.references import ReferenceStore  # lazy: helper A's module
 
     cwd = Path(cwd).resolve()
     top = git.toplevel(cwd)

@@ -31,8 +31,9 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, HTMLResponse, Response
 from starlette.routing import Route
 
-from orchestrator import ledger, status, watch
-from orchestrator.display import duration, money
+from orchestrator import ledger, watch
+from orchestrator.run import status
+from orchestrator.run.display import duration, money
 from orchestrator.tokens import fmt
 
 POLL_S = 0.5

@@ -24,7 +24,7 @@ from rich.table import Table
 from rich.text import Text
 
 from orchestrator import ledger, lock
-from orchestrator.display import duration, money, relative
+from orchestrator.run.display import duration, money, relative
 from orchestrator.tokens import fmt
 
 # How much of a transcript to read when starting to follow it (the rest is history).
@@ -166,7 +166,7 @@ def build(project: Any, records: list[dict[str, Any]], run_id: str, live: bool) 
 
 def _stories(project: Any) -> tuple[int, int] | None:
     from orchestrator.errors import InputError
-    from orchestrator.prd import Prd
+    from orchestrator.memory.prd import Prd
 
     try:
         prd = Prd.load(Path(project.prd_path))

@@ -10,7 +10,8 @@ from pathlib import Path
 import pexpect
 from run_helpers import RALPH, env, make_project, ralph
 
-from orchestrator import ledger, runner
+from orchestrator import ledger
+from orchestrator.agents import runner
 
 
 def test_config_warnings_go_to_stderr_for_every_command(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ import time
 
 from rich.console import Console
 
-from orchestrator.display import Display, Status, duration, money, summary_line
+from orchestrator.run.display import Display, Status, duration, money, summary_line
 
 REC = {
     "event": "iteration",

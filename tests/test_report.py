@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import report
 from orchestrator.cli import main
 from orchestrator.errors import InputError
+from orchestrator.reports import report
 
 
 def _ledger(path: Path, mode: str, prompts: list[int], run_id: str = "r1") -> Path:

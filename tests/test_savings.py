@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from orchestrator import project as prj
-from orchestrator import savings, tokens
-from orchestrator.progress import Progress
+from orchestrator import tokens
+from orchestrator.memory.progress import Progress
+from orchestrator.reports import savings
 
 REPO = Path(__file__).resolve().parents[1]
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -310,7 +311,7 @@ def test_indexed_project_without_archive_measures_the_next_story(tmp_path: Path)
 def test_example_full_mode_run_matches_the_ledger(tmp_path: Path) -> None:
     """`ralph run --mode full` on the example, then savings: each past story's full figure is
     the prompt the run really sent (ledger prompt_tokens)."""
-    from orchestrator import examples
+    from orchestrator.sim import examples
 
     dest = tmp_path / "rb"
     examples.copy_example("recipe-box", dest)

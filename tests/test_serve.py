@@ -17,7 +17,8 @@ import pexpect
 import pytest
 from run_helpers import RALPH, env, make_project
 
-from orchestrator import examples, serve
+from orchestrator import serve
+from orchestrator.sim import examples
 
 CHROMIUM = os.environ.get("RALPH_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -210,8 +211,9 @@ def test_serve_without_the_extras_says_what_to_install(tmp_path: Path) -> None:
 
 
 def test_ab_reports_are_found_where_ab_demo_and_report_write_them(tmp_path: Path) -> None:
-    from orchestrator import ledger, report
+    from orchestrator import ledger
     from orchestrator.project import locate
+    from orchestrator.reports import report
 
     root = make_project(tmp_path / "p", 1)
     arms = []

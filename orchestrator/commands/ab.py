@@ -6,9 +6,9 @@ import argparse
 import os
 from pathlib import Path
 
-from orchestrator import ab
-from orchestrator.cli import add_common
+from orchestrator.commands.common import add_common
 from orchestrator.project import locate
+from orchestrator.reports import ab
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from orchestrator.cli import add_common
+from orchestrator.commands.common import add_common
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -21,7 +21,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from orchestrator import audit, project
+    from orchestrator import project
+    from orchestrator.upkeep import audit
 
     proj = project.locate(Path.cwd(), args.ralph_dir)
     findings = audit.check(proj)

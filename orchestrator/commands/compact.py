@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from orchestrator.cli import add_common
+from orchestrator.commands.common import add_common
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -31,12 +31,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from orchestrator import compact, project
+    from orchestrator import project
+    from orchestrator.memory import journal
     from orchestrator.tokens import fmt
+    from orchestrator.upkeep import compact
 
     proj = project.locate(Path.cwd(), args.ralph_dir)
-    if args.recover or args.rollback or compact.pending(proj.ralph_dir):
-        done = compact.recover(proj.ralph_dir, rollback=args.rollback)
+    if args.recover or args.rollback or journal.pending(proj.ralph_dir):
+        done = journal.recover(proj.ralph_dir, rollback=args.rollback)
         print(f"ralph compact: {done or 'no interrupted apply to recover'}")
         if args.recover or args.rollback:
             return 0
@@ -73,7 +75,7 @@ def _print_plan(plan, fmt) -> None:
 
 
 def _condense(proj, plan, agent: str, *, apply: bool) -> int:
-    from orchestrator import compact
+    from orchestrator.upkeep import compact
 
     if not plan.oversized:
         print("no reference is over references.max_tokens")

@@ -37,9 +37,8 @@ def _mark_paths(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from orchestrator.cli import build_parser
-
-    parser = build_parser()
+    # The whole command line, handed over by cli.build_parser (commands never import cli).
+    parser: argparse.ArgumentParser = args.root_parser
     _mark_paths(parser)
     print(shtab.complete(parser, shell=args.shell), end="")
     return 0

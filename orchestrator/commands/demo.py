@@ -11,9 +11,10 @@ import os
 import time
 from pathlib import Path
 
-from orchestrator import ab, examples
 from orchestrator.errors import UsageError
 from orchestrator.project import locate
+from orchestrator.reports import ab
+from orchestrator.sim import examples
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from orchestrator.cli import add_common
-from orchestrator.scaffold import example_prds, init_project
+from orchestrator.commands.common import add_common
+from orchestrator.upkeep.scaffold import example_prds, init_project
 
 _LABEL = {
     "created": "created",

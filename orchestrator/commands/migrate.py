@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from orchestrator.cli import add_common
+from orchestrator.commands.common import add_common
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -22,11 +22,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from orchestrator import compact, migrate, project
+    from orchestrator import project
+    from orchestrator.memory import journal
     from orchestrator.tokens import fmt
+    from orchestrator.upkeep import migrate
 
     proj = project.locate(Path.cwd(), args.ralph_dir)
-    if compact.pending(proj.ralph_dir):
+    if journal.pending(proj.ralph_dir):
         print("ralph migrate: an earlier apply was interrupted; run `ralph compact --recover`")
         return 1
     mig = migrate.prepare(proj)

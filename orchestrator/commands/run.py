@@ -12,7 +12,7 @@ import re
 import sys
 from pathlib import Path
 
-from orchestrator.cli import add_common
+from orchestrator.commands.common import add_common
 
 _NUMBER = re.compile(r"^[0-9]+$")
 
@@ -71,6 +71,13 @@ def _add_flags(p: argparse.ArgumentParser) -> None:
         help="pause between iterations (sleep_between, ralph.sh: 2)",
     )
     p.add_argument(
+        "--max-retries",
+        type=int,
+        metavar="N",
+        help="retries of a failed agent call within one iteration (retries.transient, "
+        "default 3); every retry is an agent call and counts against MAX_ITERATIONS",
+    )
+    p.add_argument(
         "--stuck-after",
         type=int,
         metavar="N",
@@ -102,7 +109,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "words",
         nargs=argparse.REMAINDER,
         metavar="MAX_ITERATIONS",
-        help="maximum iterations (default: ralph.yaml's max_iterations, else 10)",
+        help="maximum agent calls, retries included, as in ralph.sh (default: ralph.yaml's "
+        "max_iterations, else 10)",
     )
     p.set_defaults(func=run)
 
@@ -117,7 +125,8 @@ def _merge_rest(args: argparse.Namespace) -> tuple[int | None, list[str]]:
     p.set_defaults(**{k: None for k in vars(args) if k not in ("words",)})
     later, unknown = p.parse_known_intermixed_args(args.words)
     for key, value in vars(later).items():
-        if key != "rest" and value not in (None, False):
+        # `is`, not `in`: 0 == False, and `--sleep 0` / `--max-retries 0` are real values.
+        if key != "rest" and value is not None and value is not False:
             setattr(args, key, value)
     max_iter = None
     ignored = list(unknown)
@@ -142,11 +151,13 @@ def overrides(args: argparse.Namespace, max_iterations: int | None) -> dict:
         "timeouts.idle": args.idle_timeout,
         "sleep_between": args.sleep_between,
         "stuck_after": args.stuck_after,
+        "retries.transient": args.max_retries,
     }
 
 
 def run(args: argparse.Namespace) -> int:
-    from orchestrator import log, loop, project
+    from orchestrator import log, project
+    from orchestrator.run import loop
 
     log.configure(None, verbose=args.verbose)  # config warnings as readable stderr lines
     max_iter, ignored = _merge_rest(args)

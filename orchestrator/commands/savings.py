@@ -12,10 +12,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
-from orchestrator.cli import add_common
+from orchestrator.commands.common import add_common
 
 if TYPE_CHECKING:
-    from orchestrator.savings import Savings
+    from orchestrator.reports.savings import Savings
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -40,8 +40,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from orchestrator import log, project, savings
+    from orchestrator import log, project
     from orchestrator.errors import UsageError
+    from orchestrator.reports import savings
 
     log.configure(verbose=args.verbose)  # log lines on stderr: --json keeps stdout clean
 

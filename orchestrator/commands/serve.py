@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from orchestrator.cli import add_common
+from orchestrator.commands.common import add_common
 from orchestrator.errors import UsageError
 
 

@@ -10,7 +10,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from orchestrator.cli import add_common
+from orchestrator.commands.common import add_common
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -40,7 +40,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from orchestrator import project, status
+    from orchestrator import project
+    from orchestrator.run import status
 
     proj = project.locate(Path.cwd(), args.ralph_dir)
     if args.follow:
@@ -58,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def render(st: dict, console: Console) -> None:
-    from orchestrator.display import duration, money, saving
+    from orchestrator.run.display import duration, money, saving
     from orchestrator.tokens import fmt
 
     s = st["stories"]

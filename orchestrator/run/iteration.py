@@ -15,11 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from orchestrator import checks, fsutil, git, limits, runner
+from orchestrator import fsutil, git
+from orchestrator.agents import limits, runner
 from orchestrator.errors import InputError
+from orchestrator.run import checks
 
 if TYPE_CHECKING:
-    from orchestrator.loop import Loop
+    from orchestrator.run.loop import Loop
 
 log = structlog.get_logger()
 SENTINEL = "<promise>COMPLETE</promise>"
@@ -104,9 +106,16 @@ class Attempt:
         """Worth a quick retry: a known transient error, or a crash that changed nothing."""
         if self.passed or self.interrupted or self.outcome.timed_out or self.limit:
             return False
-        if limits.is_transient(self.result, self.outcome.output):
+        if self.known_transient:
             return True
         return self.exit_code not in (0, None) and not self.files_changed
+
+    @property
+    def known_transient(self) -> bool:
+        """The failure names a passing cause (5xx, overload, network): worth backing off for.
+        An unexplained crash is retried too, but after sleep_between, like ralph.sh's next
+        iteration: backing off minutes for a broken agent only delays the stuck verdict."""
+        return limits.is_transient(self.result, self.outcome.output)
 
     def reported_tokens(self) -> int | None:
         u = self.result.usage
@@ -129,10 +138,12 @@ class Attempt:
     def outcome_name(self) -> str:
         if self.interrupted:
             return "interrupted"
-        if self.outcome.timed_out:
-            return "timeout"
+        # prd.json is the truth: an agent that marked its story passed (and, say, was still
+        # printing or exiting when the wall timeout fired) passed; `timed_out` still says so.
         if self.passed:
             return "passed"
+        if self.outcome.timed_out:
+            return "timeout"
         if self.prd_error:
             return "error"
         if self.exit_code not in (0, None) or self.result.is_error:
@@ -144,7 +155,7 @@ class Iteration:
     """Prepare once, spawn one or more attempts, then record the last one."""
 
     def __init__(self, loop: Loop, n: int, story: Any, prd: Any) -> None:
-        from orchestrator.memory import Memory
+        from orchestrator.memory.store import Memory
 
         self.loop = loop
         self.project = loop.project
@@ -200,7 +211,7 @@ class Iteration:
     def _assess(
         self, outcome: runner.RunOutcome, result: Any, before: WorkState, transcript: Path
     ) -> Attempt:
-        from orchestrator.prd import Prd
+        from orchestrator.memory.prd import Prd
 
         passed = all_passed = False
         prd_error = None
@@ -228,7 +239,7 @@ class Iteration:
     def verify(self, attempt: Attempt) -> Any:
         """Post-story checks (they repair lost history); prd.json is re-read afterwards,
         since a repair may have restored it."""
-        from orchestrator.prd import Prd
+        from orchestrator.memory.prd import Prd
 
         self.report = checks.verify(self.snapshot, self.project, self.story, attempt.result)
         attempt.passed = bool(self.report.story_passed)
@@ -277,7 +288,7 @@ class Iteration:
 
 def build_prompt(loop: Loop, story: Any, memory: Any) -> Any:
     """The one place the loop asks for a prompt (prompt.assemble; notes = check fixes)."""
-    from orchestrator import prompt
+    from orchestrator.run import prompt
 
     return prompt.assemble(
         loop.project, story, memory, mode=loop.mode, notes=loop.notes, tool=loop.agent.name

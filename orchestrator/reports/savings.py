@@ -29,13 +29,14 @@ from typing import Any
 
 import structlog
 
-from orchestrator import fsutil, migrate
-from orchestrator import prompt as pr
+from orchestrator import fsutil
 from orchestrator import tokens as tok
 from orchestrator.errors import InputError
-from orchestrator.memory import Memory, Reference
-from orchestrator.prd import Prd, Story
-from orchestrator.progress import Entry, Progress
+from orchestrator.memory.prd import Prd, Story
+from orchestrator.memory.progress import Entry, Progress
+from orchestrator.memory.store import Memory, Reference
+from orchestrator.run import prompt as pr
+from orchestrator.upkeep import migrate
 
 log = structlog.get_logger()
 

@@ -20,7 +20,7 @@ from typing import Literal
 from orchestrator import fsutil, git
 from orchestrator.config import CONFIG_FILE
 from orchestrator.errors import UsageError
-from orchestrator.progress import Progress, new_progress_text
+from orchestrator.memory.progress import Progress, new_progress_text
 from orchestrator.project import Project, locate
 
 Kind = Literal["created", "kept", "replaced", "updated", "unchanged"]

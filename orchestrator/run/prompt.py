@@ -31,9 +31,9 @@ from typing import Any
 
 import structlog
 
-from orchestrator import select as sel
 from orchestrator import tokens as tok
 from orchestrator.errors import EXIT_BUDGET, ConfigError, FatalError, InputError
+from orchestrator.run import select as sel
 
 log = structlog.get_logger()
 
@@ -410,7 +410,7 @@ def _rel(path: Path, root: Path) -> str:
 def _prd_facts(prd_path: Path) -> tuple[str, dict[str, str]]:
     """The branch name and each story's text, read leniently: the loop has already
     validated prd.json, and a prompt must not fail on what only helps ranking."""
-    from orchestrator.prd import Prd
+    from orchestrator.memory.prd import Prd
 
     try:
         prd = Prd.load(prd_path)

@@ -15,7 +15,7 @@ from typing import Any
 
 from orchestrator import fsutil, tokens
 from orchestrator.errors import PathEscapeError
-from orchestrator.progress import Progress
+from orchestrator.memory.progress import Progress
 
 
 @dataclass

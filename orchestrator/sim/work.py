@@ -7,19 +7,20 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from orchestrator import fsutil, git, sim_prompt
-from orchestrator.prd import Prd, Story
-from orchestrator.progress import Progress
-from orchestrator.references import slugify
-from orchestrator.sim_options import Options
-from orchestrator.sim_script import (
+from orchestrator import fsutil, git
+from orchestrator.memory.prd import Prd, Story
+from orchestrator.memory.progress import Progress
+from orchestrator.memory.references import slugify
+from orchestrator.sim import prompt as sim_prompt
+from orchestrator.sim.options import Options
+from orchestrator.sim.script import (
     SCRIPT_NAME,
     StoryPlan,
     generated_plan,
     load_script,
     safe_target,
 )
-from orchestrator.sim_stream import Stream
+from orchestrator.sim.stream import Stream
 
 SENTINEL = "<promise>COMPLETE</promise>"
 DEFAULT_REFERENCES_DIR = "ralph/references"

@@ -22,8 +22,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from orchestrator import git, ledger, report
+from orchestrator import git, ledger
 from orchestrator.errors import FatalError
+from orchestrator.reports import report
 
 ARMS = ("indexed", "full")
 

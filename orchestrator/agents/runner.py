@@ -16,6 +16,7 @@ the iteration, then exits 130. SIGTERM/SIGHUP to ralph during a run are treated 
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import re
@@ -31,7 +32,7 @@ from typing import IO, TYPE_CHECKING, Literal
 import pexpect
 import structlog
 
-from orchestrator import stdin_exec
+from orchestrator.agents import stdin_exec
 from orchestrator.redact import Redactor
 
 if TYPE_CHECKING:
@@ -56,6 +57,7 @@ class RunOutcome:
     timed_out: TimedOut | None
     interrupted: bool
     duration_s: float
+    dropped_bytes: int = 0  # the middles of over-long lines, not kept (see _LongLine)
 
 
 def run(
@@ -114,6 +116,7 @@ def run(
         timed_out,
         interrupted,
         round(time.monotonic() - start, 3),
+        reader.dropped,
     )
     log.debug(
         "agent_finished",
@@ -121,6 +124,7 @@ def run(
         timed_out=timed_out,
         interrupted=interrupted,
         duration_s=outcome.duration_s,
+        dropped_bytes=outcome.dropped_bytes,
     )
     return outcome
 
@@ -252,33 +256,107 @@ def stop_signals_interrupt() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
+# Characters kept from the start and from the end of one output line; the middle of a longer
+# line is dropped (and counted). 512 + 512 KiB keeps real stream-json events whole (the CLIs
+# cut tool results far below that) while redaction, which scans each kept line with a dozen
+# patterns, stays around a second for the worst line.
+LINE_HEAD = 512 * 1024
+LINE_TAIL = 512 * 1024
+
+
+class _LongLine:
+    """One unfinished output line, bounded: its first LINE_HEAD and last LINE_TAIL characters
+    and a count of the bytes dropped in between. Each chunk is touched a bounded number of
+    times, so a 100 MB line costs linear time and a few MB of memory."""
+
+    def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
+        self.head: list[str] = []
+        self.head_len = 0
+        self.tail: collections.deque[str] = collections.deque()
+        self.tail_len = 0
+        self.dropped = 0  # bytes (UTF-8) of the line that were not kept
+
+    def __bool__(self) -> bool:
+        return bool(self.head_len or self.tail_len)
+
+    def add(self, piece: str) -> None:
+        if self.head_len < LINE_HEAD:
+            take = piece[: LINE_HEAD - self.head_len]
+            self.head.append(take)
+            self.head_len += len(take)
+            piece = piece[len(take) :]
+        if not piece:
+            return
+        self.tail.append(piece)
+        self.tail_len += len(piece)
+        # Drop whole pieces from the front while the rest still covers LINE_TAIL.
+        while self.tail and self.tail_len - len(self.tail[0]) >= LINE_TAIL:
+            gone = self.tail.popleft()
+            self.tail_len -= len(gone)
+            self.dropped += _utf8_len(gone)
+
+    def text(self) -> tuple[str, int]:
+        """(the kept line, bytes dropped); resets the line."""
+        tail = "".join(self.tail)
+        dropped = self.dropped
+        if len(tail) > LINE_TAIL:
+            dropped += _utf8_len(tail[: len(tail) - LINE_TAIL])
+            tail = tail[len(tail) - LINE_TAIL :]
+        head = "".join(self.head)
+        self._reset()
+        if dropped:
+            return f"{head} [... {dropped} bytes of this line dropped ...] {tail}", dropped
+        return head + tail, 0
+
+
+def _utf8_len(text: str) -> int:
+    return len(text.encode("utf-8", "replace"))
+
+
 class _LineReader:
-    """Turns pty chunks into lines; each line goes to on_line and the transcript."""
+    """Turns pty chunks into lines; each line goes to on_line and the transcript.
+
+    Lines are bounded (see _LongLine): what is kept, written and parsed of one line is at
+    most LINE_HEAD + LINE_TAIL characters; `dropped` counts the bytes left out."""
 
     def __init__(
         self, on_line: Callable[[str], None] | None, transcript: IO[str] | None, redactor: Redactor
     ) -> None:
         self.on_line, self.transcript, self.redactor = on_line, transcript, redactor
         self.lines: list[str] = []
-        self.partial: list[str] = []  # pieces of the unfinished line (no quadratic joins)
+        self.partial = _LongLine()
+        self.dropped = 0
 
     def feed(self, chunk: str) -> None:
         if not chunk:
             return
         if "\n" not in chunk:
-            self.partial.append(chunk)
+            self.partial.add(chunk)
             return
         first, *rest = chunk.split("\n")
-        self._emit("".join([*self.partial, first]))
+        self.partial.add(first)
+        self._emit_partial()
         *complete, last = rest
         for line in complete:
-            self._emit(line)
-        self.partial = [last] if last else []
+            if len(line) > LINE_HEAD + LINE_TAIL:
+                self.partial.add(line)
+                self._emit_partial()
+            else:
+                self._emit(line)
+        if last:
+            self.partial.add(last)
 
     def flush(self) -> None:
         if self.partial:
-            line, self.partial = "".join(self.partial), []
-            self._emit(line)
+            self._emit_partial()
+
+    def _emit_partial(self) -> None:
+        line, dropped = self.partial.text()
+        self.dropped += dropped
+        self._emit(line)
 
     def _emit(self, raw: str) -> None:
         line = clean_line(raw)

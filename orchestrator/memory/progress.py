@@ -16,15 +16,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from orchestrator import fsutil
+from orchestrator.memory.markdown import (
+    SECTION_START,
+    data_rows,
+    escape_cell,
+    fenced_lines,
+    split_lines,
+)
 
 HEADER = "# Ralph Progress Log\nStarted: {date}\n---\n"
 INDEX_HEADING = "## Progress Index"
 INDEX_TABLE_HEAD = "| Topic | Reference Path |\n|---|---|\n"
 
-# Shared with history.py, so repairing the log cuts it into the same sections as parsing it.
-SECTION_START = re.compile(r"## (?!#)")
 INDEX_HEADING_LINE = re.compile(r"##\s+progress index\s*$", re.IGNORECASE)
-_FENCE = re.compile(r" {0,3}(`{3,}|~{3,})(.*)")
 _PATTERNS = re.compile(r"##\s+codebase patterns\b", re.IGNORECASE)
 
 
@@ -60,11 +64,6 @@ class _Segment:
     text: str
 
 
-def split_lines(text: str) -> list[str]:
-    """Split after each "\\n" only (str.splitlines also splits on \\x0c, \\u2028 ...)."""
-    return re.findall(r"[^\n]*\n|[^\n]+\Z", text)
-
-
 def _split(text: str) -> list[_Segment]:
     lines = split_lines(text)
     fenced = fenced_lines(lines)
@@ -80,29 +79,6 @@ def _split(text: str) -> list[_Segment]:
     if not any(s.kind == "entry" for s in segments):
         segments = _split_fallback(segments)
     return segments
-
-
-def fenced_lines(lines: list[str]) -> set[int]:
-    """Line numbers inside closed ``` / ~~~ code blocks (pasted markdown is not structure).
-    An unclosed fence is ignored rather than swallowing the rest of the log."""
-    fenced: set[int] = set()
-    open_at: int | None = None
-    marker = ""
-    for i, line in enumerate(lines):
-        m = _FENCE.match(line)
-        if open_at is None:
-            # A backtick fence's info string cannot contain backticks (CommonMark).
-            if m and not (m.group(1)[0] == "`" and "`" in m.group(2)):
-                open_at, marker = i, m.group(1)
-        elif (
-            m
-            and m.group(1)[0] == marker[0]
-            and len(m.group(1)) >= len(marker)
-            and not m.group(2).strip()
-        ):
-            fenced.update(range(open_at, i + 1))
-            open_at = None
-    return fenced
 
 
 def _cut_index(lines: list[str]) -> list[_Segment]:
@@ -149,54 +125,8 @@ def _split_fallback(segments: list[_Segment]) -> list[_Segment]:
     return out
 
 
-def _escape_cell(value: str) -> str:
-    """One table cell: whitespace collapsed (a cell is one line), "|" escaped as GFM does."""
-    return " ".join(value.split()).replace("|", "\\|")
-
-
-def _split_row(line: str) -> list[str] | None:
-    body = line.strip()
-    if not (body.startswith("|") and body.endswith("|")) or len(body) < 2:
-        return None
-    cells, cur, i = [], "", 1
-    while i < len(body) - 1:
-        ch = body[i]
-        if ch == "\\" and i + 1 < len(body) - 1 and body[i + 1] == "|":
-            cur += body[i + 1]
-            i += 2
-            continue
-        if ch == "|":
-            cells.append(cur.strip())
-            cur = ""
-        else:
-            cur += ch
-        i += 1
-    cells.append(cur.strip())
-    return cells
-
-
-def _is_separator(cells: list[str]) -> bool:
-    return all(re.fullmatch(r":?-{1,}:?", c) for c in cells)
-
-
-def _data_rows(lines: list[str]) -> list[tuple[int, list[str]]]:
-    """(line number, cells) of the table's data rows in an index section's lines: not the
-    heading, not separators, not a header row (the row followed by a |---| line)."""
-    cells_by_line = [_split_row(line) for line in lines]
-    out = []
-    for n in range(1, len(lines)):
-        cells = cells_by_line[n]
-        if not cells or len(cells) < 2 or _is_separator(cells) or not cells[0]:
-            continue
-        nxt = cells_by_line[n + 1] if n + 1 < len(lines) else None
-        if nxt and _is_separator(nxt):
-            continue
-        out.append((n, cells))
-    return out
-
-
 def _parse_rows(index_text: str) -> list[IndexRow]:
-    return [IndexRow(c[0], c[1].strip("`").strip()) for _, c in _data_rows(split_lines(index_text))]
+    return [IndexRow(c[0], c[1].strip("`").strip()) for _, c in data_rows(split_lines(index_text))]
 
 
 def _key(topic: str) -> str:
@@ -273,20 +203,20 @@ class Progress:
         if not topic.strip() or not path.strip():
             raise ValueError("an index row needs a topic and a path")
         nl = self.newline
-        row = f"| {_escape_cell(topic)} | {_escape_cell(path)} |{nl}"
+        row = f"| {escape_cell(topic)} | {escape_cell(path)} |{nl}"
         seg = self._first("index")
         if seg is None:
             section = INDEX_HEADING + nl + INDEX_TABLE_HEAD.replace("\n", nl) + row
             wanted = IndexRow(" ".join(topic.split()), " ".join(path.split()))
             return self._insert_index(section, wanted)
         lines = split_lines(seg.text)
-        for i, cells in _data_rows(lines):
+        for i, cells in data_rows(lines):
             if _key(cells[0]) == _key(topic):
                 if cells[1].strip("`").strip() == path.strip():
                     return self
                 # Keep the row's own topic spelling and any extra columns; change the path.
                 kept = [cells[0], path, *cells[2:]]
-                row = "| " + " | ".join(_escape_cell(c) for c in kept) + " |" + nl
+                row = "| " + " | ".join(escape_cell(c) for c in kept) + " |" + nl
                 lines[i] = row if lines[i].endswith("\n") else row.rstrip("\r\n")
                 return self._replace(seg, "".join(lines))
         return self._replace(seg, _insert_row(lines, row, nl))
@@ -296,7 +226,7 @@ class Progress:
         if seg is None:
             return self
         lines = split_lines(seg.text)
-        drop = {i for i, cells in _data_rows(lines) if _key(cells[0]) == _key(topic)}
+        drop = {i for i, cells in data_rows(lines) if _key(cells[0]) == _key(topic)}
         if not drop:
             return self
         return self._replace(seg, "".join(x for i, x in enumerate(lines) if i not in drop))

@@ -25,7 +25,8 @@ from pathlib import Path
 
 import structlog
 
-from orchestrator import fsutil, progress
+from orchestrator import fsutil
+from orchestrator.memory import progress
 
 log = structlog.get_logger()
 

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import difflib
 
-from orchestrator.progress import INDEX_HEADING_LINE, SECTION_START, fenced_lines, split_lines
+from orchestrator.memory.markdown import SECTION_START, section_starts, split_lines
+from orchestrator.memory.progress import INDEX_HEADING_LINE
 
 _HEADER_KEY = "\0header"
 
@@ -33,9 +34,9 @@ def sections(text: str) -> list[list[str]]:
     """The header, then one list of lines per "## " section (outside code fences)."""
     out: list[list[str]] = [[]]
     all_lines = split_lines(text)
-    fenced = fenced_lines(all_lines)
+    starts = set(section_starts(all_lines))
     for i, line in enumerate(all_lines):
-        if i not in fenced and SECTION_START.match(line):
+        if i in starts:
             out.append([])
         out[-1].append(line)
     return out

@@ -29,13 +29,14 @@ import structlog
 
 from orchestrator import fsutil, git
 from orchestrator.errors import InputError, PathEscapeError
-from orchestrator.history import merge_history
-from orchestrator.prd import Prd, Story
-from orchestrator.progress import Progress, split_lines
+from orchestrator.memory.history import merge_history
+from orchestrator.memory.markdown import malformed_rows, split_lines
+from orchestrator.memory.prd import Prd, Story
+from orchestrator.memory.progress import Progress
 
 if TYPE_CHECKING:
+    from orchestrator.memory.references import ReferenceStore
     from orchestrator.project import Project
-    from orchestrator.references import ReferenceStore
 
 log = structlog.get_logger()
 
@@ -431,15 +432,13 @@ def _check_rows(
 
 
 def _check_table_syntax(progress: Progress, report: CheckReport) -> None:
-    for n, line in enumerate(split_lines(progress.index_text)[1:], start=2):
-        body = line.strip()
-        if body.startswith("|") and (not body.endswith("|") or body.count("|") < 3):
-            report.add(
-                "index_malformed",
-                "error",
-                f"Progress Index line {n} is not a table row: {body[:80]!r}",
-                "write rows as '| Topic | ralph/references/<file>.md |'",
-            )
+    for n, body in malformed_rows(split_lines(progress.index_text)):
+        report.add(
+            "index_malformed",
+            "error",
+            f"Progress Index line {n + 1} is not a table row: {body[:80]!r}",
+            "write rows as '| Topic | ralph/references/<file>.md |'",
+        )
 
 
 # --------------------------------------------------------------------------- git

@@ -17,6 +17,9 @@ from typing import Any
 
 from orchestrator import fsutil, tokens
 from orchestrator.errors import PathEscapeError
+from orchestrator.memory import journal
+from orchestrator.memory.markdown import sections
+from orchestrator.memory.progress import extract_story_ids, looks_like_entry
 
 INDEX_HEADING = "## Progress Index"
 ARCHIVED_HEADING = "## Archived"
@@ -59,20 +62,6 @@ def split_row(line: str) -> list[str] | None:
     return [c.strip().replace("\\|", "|") for c in cells]
 
 
-def sections(lines: list[str]) -> list[tuple[str, int, int]]:
-    """(heading, start, end) of every `## ` section, ignoring headings inside code fences."""
-    from orchestrator.migrate import _fenced  # one reading of code fences for both
-
-    fenced = _fenced(lines)
-    starts = [
-        i
-        for i, ln in enumerate(lines)
-        if i not in fenced and ln.startswith("## ") and not ln.startswith("### ")
-    ]
-    ends = [*starts[1:], len(lines)] if starts else []
-    return [(lines[s].rstrip(), s, e) for s, e in zip(starts, ends, strict=True)]
-
-
 def is_reserved(heading: str) -> bool:
     return heading.strip().lower().startswith(_RESERVED)
 
@@ -81,18 +70,10 @@ def is_log_section(heading: str) -> bool:
     """A narrative log entry (rotated by compact, expected to carry a story id)."""
     if is_reserved(heading):
         return False
-    try:
-        from orchestrator.progress import looks_like_entry
-    except ImportError:  # progress.py not landed yet: any other section is an entry
-        return True
     return looks_like_entry(heading)
 
 
 def story_ids(heading: str) -> list[str]:
-    try:
-        from orchestrator.progress import extract_story_ids
-    except ImportError:
-        return re.findall(r"\b[A-Za-z]+-\d+(?:\.\d+)*\b", heading)
     return extract_story_ids(heading)
 
 
@@ -275,9 +256,7 @@ def _always_findings(mem: MemoryFiles) -> list[Finding]:
 
 
 def _journal_findings(project: Any) -> list[Finding]:
-    from orchestrator import compact
-
-    jdir = compact.pending(project.ralph_dir)
+    jdir = journal.pending(project.ralph_dir)
     if jdir is None:
         return []
     return [

@@ -24,10 +24,9 @@ from typing import Any
 
 import structlog
 
-from orchestrator import archive, ledger, notify, runner
+from orchestrator import ledger, notify
 from orchestrator import log as runlog
-from orchestrator.budget import Budget
-from orchestrator.display import Display, summary_line
+from orchestrator.agents import runner
 from orchestrator.errors import (
     EXIT_ITERATIONS_EXHAUSTED,
     EXIT_OK,
@@ -37,9 +36,13 @@ from orchestrator.errors import (
     Interrupted,
     Stuck,
 )
-from orchestrator.iteration import SENTINEL, Attempt, Iteration
+from orchestrator.run import archive
+from orchestrator.run.budget import Budget
+from orchestrator.run.display import Display, summary_line
+from orchestrator.run.iteration import SENTINEL, Attempt, Iteration
 
 log = structlog.get_logger()
+RETRY_DELAY_CAP = 3600.0  # the longest backoff between two retries of a failing agent
 
 
 @dataclass
@@ -78,6 +81,11 @@ def run(project: Any, options: RunOptions | None = None) -> RunSummary:
         return Loop(project, options).run()
 
 
+def _crashed(rec: dict[str, Any]) -> bool:
+    """The agent exited with an error and changed nothing (a timeout is not a crash)."""
+    return rec["outcome"] == "failed" and not rec.get("committed") and not rec.get("files_changed")
+
+
 class ChecksFailed(FatalError):
     """`checks: fail` and a post-story check found an error: the run stops (exit 4, like a
     stuck loop: the loop cannot safely go on by itself)."""
@@ -109,6 +117,9 @@ class Loop:
         self.notes: list[str] = []  # fix notes for the next prompt (checks: retry)
         self.no_progress: list[dict[str, Any]] = []
         self.iteration = 0
+        self.calls = 0  # agent calls that count against max_iterations (retries included)
+        self.retries = 0
+        self.rechecks = 0  # waits in a row on a limit message whose reset already passed
 
     # ---- the run --------------------------------------------------------------------------
     def run(self) -> RunSummary:
@@ -150,7 +161,7 @@ class Loop:
             self._finish(status, exit_code, message)
 
     def _prepare_files(self) -> None:
-        from orchestrator.prd import Prd
+        from orchestrator.memory.prd import Prd
 
         p = self.project
         Prd.load(Path(p.prd_path))  # a missing or invalid prd.json stops here, nothing changed
@@ -166,7 +177,7 @@ class Loop:
         archive.ensure_progress(Path(p.progress_path), archive.ralph_date())
 
     def _loop(self) -> tuple[str, int, str]:
-        from orchestrator.prd import Prd
+        from orchestrator.memory.prd import Prd
 
         self.display.line(
             f"Starting Ralph - Tool: {self.agent.name} - Max iterations: "
@@ -184,16 +195,8 @@ class Loop:
                         f"stories pass, {self.iteration} iteration(s) this run)"
                     ),
                 )
-            if self.iteration >= self.max_iterations:
-                return (
-                    "exhausted",
-                    EXIT_ITERATIONS_EXHAUSTED,
-                    (
-                        f"Ralph reached max iterations ({self.max_iterations}) without completing "
-                        f"all tasks: {prd.passed_count()}/{len(prd.stories)} stories pass. Check "
-                        f"{self.project.progress_path} for status."
-                    ),
-                )
+            if self.calls >= self.max_iterations:
+                return self._exhausted(prd)
             self.budget.check_next()
             if self.iteration:
                 self.options.sleep(self.cfg.sleep_between)
@@ -202,6 +205,33 @@ class Loop:
             if rec.get("completion") == "complete":
                 continue  # prd.json agrees: the next pass returns success
             self._check_stuck(rec)
+
+    def _calls_text(self) -> str:
+        retries = f", {self.retries} of them retries" if self.retries else ""
+        return f"{self.calls} agent call(s) in {self.iteration} iteration(s){retries}"
+
+    def _exhausted(self, prd: Any) -> tuple[str, int, str]:
+        """The cap on agent calls is used up. If every call of the run failed, say so with
+        exit 4 (the agent is broken, more calls will not help) rather than exit 1."""
+        if self.records and all(_crashed(r) for r in self.records):
+            last = self.records[-1]
+            raise Stuck(
+                f"the agent failed on every call of this run ({self._calls_text()}; cap "
+                f"{self.max_iterations}); last: {last['outcome']}"
+                + (f" (exit {last['exit_code']})" if last.get("exit_code") is not None else "")
+                + (f" {str(last['error'])[:120]}" if last.get("error") else "")
+                + f". Look at the transcripts in {self.run_dir}, fix the agent, then run "
+                "`ralph run` again."
+            )
+        return (
+            "exhausted",
+            EXIT_ITERATIONS_EXHAUSTED,
+            (
+                f"Ralph reached max iterations ({self.max_iterations}) without completing "
+                f"all tasks: {prd.passed_count()}/{len(prd.stories)} stories pass "
+                f"({self._calls_text()}). Check {self.project.progress_path} for status."
+            ),
+        )
 
     def _one_iteration(self, prd: Any, story: Any) -> dict[str, Any]:
         it = Iteration(self, self.iteration, story, prd)
@@ -235,33 +265,62 @@ class Loop:
         return rec
 
     def _attempt_until_done(self, it: Iteration) -> Attempt:
-        """Spawn the agent; wait out usage limits and retry transient failures."""
+        """Spawn the agent; wait out usage limits and retry transient failures.
+
+        Every call counts against the run's cap (`ralph run N` caps agent calls, as in
+        ralph.sh), retries included; a call turned away by a usage limit does no work and is
+        not counted (it is recorded as a `limit_wait`)."""
         waited = 0.0
-        retries = 0
+        retries = self.rechecks = 0
         while True:
             attempt = it.spawn()
-            if attempt.interrupted or attempt.passed:
-                return attempt
             if attempt.limit is not None:
                 waited += self._wait_for_limit(it, attempt, waited)
                 continue
-            if attempt.transient and retries < self.cfg.retries.transient:
-                retries += 1
-                self._retry_transient(it, attempt, retries)
-                continue
-            return attempt
+            self.calls += 1
+            if attempt.interrupted or attempt.passed or not attempt.transient:
+                return attempt
+            if retries >= self.cfg.retries.transient:
+                return attempt
+            if self.calls >= self.max_iterations:
+                self.display.warn(
+                    f"agent failed ({attempt.error or 'no progress'}); no retry: the run's cap "
+                    f"of {self.max_iterations} agent call(s) is used up"
+                )
+                return attempt
+            retries += 1
+            self.retries += 1
+            self._retry_transient(it, attempt, retries)
+
+    def _limit_wait(self, attempt: Attempt) -> tuple[float, str]:
+        """(seconds to wait, why) for the attempt's limit signal; counts rechecks of a stale
+        one (a reset already passed)."""
+        sig = attempt.limit
+        assert sig is not None
+        lim = self.cfg.limits
+        now = self.options.now()
+        if sig.reset_at is None:
+            return float(lim.fallback_wait), "no reset time: fallback_wait"
+        if sig.just_passed(now):
+            # The message outlives its reset: look again soon, then less and less often.
+            cap = max(lim.recheck, lim.fallback_wait)
+            secs = min(float(cap), lim.recheck * 2.0 ** min(self.rechecks, 40))
+            self.rechecks += 1
+            stated = sig.reset_at.astimezone(now.tzinfo).strftime("%H:%M %Z").strip()
+            return secs, f"stated reset {stated} has passed: recheck {self.rechecks}"
+        self.rechecks = 0
+        # A little after the stated reset, not on it.
+        return (sig.wait_seconds(now) or 0.0) + 2, "reset time stated"
 
     def _wait_for_limit(self, it: Iteration, attempt: Attempt, waited: float) -> float:
         sig = attempt.limit
-        secs = sig.wait_seconds(self.options.now()) if sig.reset_at else None
-        source = "reset time stated" if secs is not None else "no reset time: fallback_wait"
-        if secs is None:
-            secs = float(self.cfg.limits.fallback_wait)
-        secs += 2 if sig.reset_at else 0  # a little after the stated reset, not on it
+        assert sig is not None
+        secs, source = self._limit_wait(attempt)
         if waited + secs > self.cfg.limits.max_wait:
+            already = f" after waiting {waited / 60:.0f} min" if waited else ""
             raise BudgetExhausted(
-                f"usage limit ({sig.raw[:120]!r}) resets in {secs / 60:.0f} min, beyond "
-                f"limits.max_wait ({self.cfg.limits.max_wait}s) for this iteration. Run "
+                f"usage limit ({sig.raw[:120]!r}) resets in {secs / 60:.0f} min{already}, "
+                f"beyond limits.max_wait ({self.cfg.limits.max_wait}s) for this iteration. Run "
                 "`ralph run` again after the reset, or raise limits.max_wait in ralph.yaml."
             )
         self.budget.spend(attempt.reported_tokens(), attempt.cost_usd())
@@ -282,7 +341,10 @@ class Loop:
         return secs
 
     def _retry_transient(self, it: Iteration, attempt: Attempt, retry: int) -> None:
-        delay = self.cfg.retries.backoff * (2 ** (retry - 1))
+        # Capped: a large retries.backoff doubled many times must not overflow time.sleep.
+        delay = min(RETRY_DELAY_CAP, self.cfg.retries.backoff * 2.0 ** min(retry - 1, 40))
+        if not attempt.known_transient:
+            delay = min(delay, float(self.cfg.sleep_between))  # see Attempt.known_transient
         self.budget.spend(attempt.reported_tokens(), attempt.cost_usd())
         self.ledger.event(
             "transient_retry",
@@ -298,7 +360,8 @@ class Loop:
         )
         self.display.warn(
             f"transient agent failure ({attempt.error or 'no progress'}); "
-            f"retry {retry}/{self.cfg.retries.transient}"
+            f"retry {retry}/{self.cfg.retries.transient} (agent call "
+            f"{self.calls + 1} of at most {self.max_iterations})"
         )
         self.display.countdown(delay, "backoff", self.options.sleep)
 
@@ -353,7 +416,7 @@ class Loop:
 
     # ---- the end ----------------------------------------------------------------------------
     def _summary(self, status: str, exit_code: int, message: str) -> RunSummary:
-        from orchestrator.prd import Prd
+        from orchestrator.memory.prd import Prd
 
         prd = Prd.load(Path(self.project.prd_path))
         return RunSummary(
@@ -375,6 +438,8 @@ class Loop:
                 status=status,
                 exit_code=exit_code,
                 iterations=self.iteration,
+                agent_calls=self.calls,
+                retries=self.retries,
                 message=message,
                 totals=tot.as_dict(),
             )
@@ -388,6 +453,12 @@ class Loop:
                     "agent-reported usage; prompt figures are tiktoken estimates",
                     style="dim",
                 )
+        if self.calls:
+            self.display.line(
+                f"{self._calls_text()} (cap: {self.max_iterations} agent calls, "
+                f"retries.transient: {self.cfg.retries.transient})",
+                style="dim",
+            )
         if message and exit_code in (EXIT_OK, EXIT_ITERATIONS_EXHAUSTED):
             self.display.line("")
             self.display.line(message, style="bold green" if exit_code == 0 else "bold yellow")

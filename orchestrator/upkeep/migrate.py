@@ -22,10 +22,11 @@ import structlog
 
 from orchestrator import fsutil, tokens
 from orchestrator.errors import InputError
-from orchestrator.references import slugify
+from orchestrator.memory.markdown import section_starts
+from orchestrator.memory.references import slugify
 
 if TYPE_CHECKING:
-    from orchestrator.prd import Prd
+    from orchestrator.memory.prd import Prd
 
 log = structlog.get_logger()
 
@@ -36,7 +37,6 @@ DEFAULT_MAX_TOKENS = 800  # config.references.max_tokens default
 MAX_TOPICS = 24
 _FILL = 0.75  # fill references to 75% of the cap: room for the header and later appends
 
-_H2 = re.compile(r"^## (?!#)")
 _BRACKET_ENTRY = re.compile(r"(?i)^\[[^\]]{6,40}\]\s*(task|story|feature|iteration)\b\s*[:#-]")
 _DATE = re.compile(r"\b(\d{4}-\d{2}-\d{2})\b")
 _ID = re.compile(
@@ -153,8 +153,7 @@ def _split_blocks(text: str) -> tuple[list[str], list[tuple[str, list[str]]]]:
     """Header lines, then (heading, body lines) blocks. `## ` headings when there are any;
     otherwise paragraphs starting at column 0 (bracketed logs, list-style logs)."""
     lines = _lines(text)
-    fenced = _fenced(lines)
-    starts = [i for i, ln in enumerate(lines) if _H2.match(ln) and i not in fenced]
+    starts = section_starts(lines)
     if not starts:
         starts = _paragraph_starts(lines)
     if not starts:
@@ -164,29 +163,6 @@ def _split_blocks(text: str) -> tuple[list[str], list[tuple[str, list[str]]]]:
         end = starts[n + 1] if n + 1 < len(starts) else len(lines)
         blocks.append((lines[s], lines[s + 1 : end]))
     return lines[: starts[0]], blocks
-
-
-def _fenced(lines: list[str]) -> set[int]:
-    """Lines inside ``` or ~~~ code fences: a pasted "## " there is not a section.
-    CommonMark rules: a backtick opener has no backtick after it (```` ```x``` ```` is
-    inline code); the closer uses the same character, at least as many, and nothing else."""
-    inside: set[int] = set()
-    fence: str | None = None
-    for i, ln in enumerate(lines):
-        m = re.match(r" {0,3}(`{3,}|~{3,})(.*)$", ln)
-        if fence is None:
-            if m and not (m.group(1)[0] == "`" and "`" in m.group(2)):
-                fence = m.group(1)
-        elif (
-            m
-            and m.group(1)[0] == fence[0]
-            and len(m.group(1)) >= len(fence)
-            and not m.group(2).strip()
-        ):
-            fence = None
-        else:
-            inside.add(i)
-    return inside
 
 
 def _paragraph_starts(lines: list[str]) -> list[int]:
@@ -508,7 +484,7 @@ def _chunk(items: list[Item], fill: int) -> list[list[Item]]:
 
 
 def _taken(name: str, taken: set[str]) -> bool:
-    from orchestrator.audit import similar
+    from orchestrator.upkeep.audit import similar
 
     return any(similar(name, t) for t in taken)
 
@@ -922,7 +898,7 @@ class Migration:
 def _load_prd(project: Any) -> Any:
     if not Path(project.prd_path).is_file():
         return None
-    from orchestrator.prd import Prd
+    from orchestrator.memory.prd import Prd
 
     try:
         return Prd.load(project.prd_path)
@@ -1032,8 +1008,8 @@ def _with_always(old: str) -> str | None:
 
 
 def apply(project: Any, migration: Migration) -> None:
-    """Write everything in one journalled transaction (see compact.Transaction)."""
-    from orchestrator.compact import Transaction
+    """Write everything in one journalled transaction (see memory.journal.Transaction)."""
+    from orchestrator.memory.journal import Transaction
 
     if not migration.writes:
         return

@@ -15,7 +15,13 @@ The texts below are the ones real CLIs print (see shared/notes/agent-clis.md):
 - Amp `out of credits` / `usage limit reached` texts.
 
 `reset_at` is always an aware datetime: the next occurrence of a clock time, in the zone the
-message names or else the local zone.
+message names or else the local zone, except for a clock time less than `JUST_PASSED` ago.
+Claude Code keeps printing its limit message for a while after the reset it names, so "resets
+1pm" read at 13:42 means the reset just passed (retry soon, with growing waits while the
+message persists), not 1pm tomorrow. Why five hours: Claude's and Codex's session windows are
+five hours long, so a clock-only reset is never more than five hours ahead; a time up to five
+hours behind the clock can only be a stale message, whereas reading it as tomorrow would turn
+a reset that already happened into a wait of 19 hours or more (beyond any sane max_wait).
 """
 
 from __future__ import annotations
@@ -31,6 +37,9 @@ if TYPE_CHECKING:
     from orchestrator.agents.base import AgentResult
 
 
+JUST_PASSED = timedelta(hours=5)
+
+
 @dataclass
 class LimitSignal:
     reset_at: datetime | None  # aware; None when the message gives no reset time
@@ -42,6 +51,12 @@ class LimitSignal:
             return None
         now = now or datetime.now(timezone.utc)
         return max(0.0, (self.reset_at - now).total_seconds())
+
+    def just_passed(self, now: datetime | None = None) -> bool:
+        """The stated reset is already behind us: the message is stale (see module doc)."""
+        if self.reset_at is None:
+            return False
+        return self.reset_at <= (now or datetime.now(timezone.utc))
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -227,7 +242,8 @@ def _parse_clock(clock: str) -> tuple[int, int] | None:
 def _next_clock(
     clock: str, tz: str | None, now: datetime, mon: str | None = None, day: str | None = None
 ) -> datetime | None:
-    """The next moment at `clock` (in zone `tz`, else now's zone) at or after `now`."""
+    """The next moment at `clock` (in zone `tz`, else now's zone) at or after `now`, or the
+    past one when it is less than JUST_PASSED ago (a stale message: the reset just passed)."""
     hm = _parse_clock(clock)
     if hm is None:
         return None
@@ -246,6 +262,8 @@ def _next_clock(
         return cand
     cand = local_now.replace(hour=hm[0], minute=hm[1], second=0, microsecond=0)
     if cand <= local_now:
+        if local_now - cand <= JUST_PASSED:
+            return cand  # a stale message: the reset just passed
         cand += timedelta(days=1)
     # Re-resolve through the zone so a DST change between now and then keeps the wall time.
     return cand.replace(tzinfo=None).replace(tzinfo=zone) if isinstance(zone, ZoneInfo) else cand

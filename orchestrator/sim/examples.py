@@ -5,8 +5,8 @@ Ralph folder `scripts/ralph/` (prd.json, progress.txt, the simulated agent's sim
 ralph.yaml (tool: sim). `copy_example` copies one into a folder, makes it a git repository
 and commits it, so a run starts from a clean tree exactly as it would in a user's checkout.
 
-    python -m orchestrator.examples                     # list the examples
-    python -m orchestrator.examples recipe-box /tmp/rb  # copy one into a new git repo
+    python -m orchestrator.sim.examples                     # list the examples
+    python -m orchestrator.sim.examples recipe-box /tmp/rb  # copy one into a new git repo
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(names()) or f"no examples in {examples_dir()}")
         return 0
     if len(args) != 2:
-        print("usage: python -m orchestrator.examples [NAME DEST]", file=sys.stderr)
+        print("usage: python -m orchestrator.sim.examples [NAME DEST]", file=sys.stderr)
         return 2
     try:
         dest = copy_example(args[0], Path(args[1]))

@@ -14,8 +14,8 @@ from orchestrator.errors import PathEscapeError
 
 
 def collect(project: Any) -> dict[str, Any]:
-    from orchestrator.prd import Prd
-    from orchestrator.progress import Progress
+    from orchestrator.memory.prd import Prd
+    from orchestrator.memory.progress import Progress
 
     prd = Prd.load(Path(project.prd_path))
     nxt = prd.next_story()

@@ -1,15 +1,15 @@
-"""The simulated coding agent: `python -m orchestrator.sim_agent` (the `sim` tool).
+"""The simulated coding agent: `python -m orchestrator.sim.agent` (the `sim` tool).
 
 This is a SIMULATION, not an AI. It is spawned exactly like a real agent (argv, prompt on
 stdin, project root as cwd, through the runner's pty) and does what a Ralph agent does for
 one story, scripted: reads the prompt and what a Ralph agent would read (prd.json; all of
 progress.txt in full mode; the references it is not given in indexed mode), writes the
 story's files from the project's sim script (`sim.yaml` beside prd.json, see
-`orchestrator.sim_script`), marks the story passed in prd.json, appends a Ralph-format entry
+`orchestrator.sim.script`), marks the story passed in prd.json, appends a Ralph-format entry
 to progress.txt, records the learning as a reference + index row (indexed mode) and commits
 `feat: <ID> - <Title>`. It prints Claude-style stream-json whose usage is the tiktoken count
-of what it read and wrote (see `orchestrator.sim_stream`), and can misbehave on purpose
-(`--fault`, see `orchestrator.sim_options`) so the loop's defences can be tested for real.
+of what it read and wrote (see `orchestrator.sim.stream`), and can misbehave on purpose
+(`--fault`, see `orchestrator.sim.options`) so the loop's defences can be tested for real.
 """
 
 from __future__ import annotations
@@ -18,12 +18,13 @@ import sys
 import time
 from pathlib import Path
 
-from orchestrator import sim_options, sim_prompt
 from orchestrator.errors import FatalError
-from orchestrator.prd import Prd, Story
-from orchestrator.progress import Progress
-from orchestrator.sim_options import Options
-from orchestrator.sim_stream import Stream
+from orchestrator.memory.prd import Prd, Story
+from orchestrator.memory.progress import Progress
+from orchestrator.sim import options as sim_options
+from orchestrator.sim import prompt as sim_prompt
+from orchestrator.sim.options import Options
+from orchestrator.sim.stream import Stream
 
 SENTINEL = "<promise>COMPLETE</promise>"
 
@@ -140,7 +141,7 @@ def run(opts: Options, root: Path, out=None) -> int:
         stream.say(f"Every story in prd.json passes. {SENTINEL}")
         stream.result(f"Every story in prd.json passes. {SENTINEL}")
         return 0
-    from orchestrator.sim_work import Work  # pydantic et al.: only when there is work to do
+    from orchestrator.sim.work import Work  # pydantic et al.: only when there is work to do
 
     work = Work(
         stream=stream,

@@ -69,7 +69,7 @@ class Options:
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m orchestrator.sim_agent",
+        prog="python -m orchestrator.sim.agent",
         description="Simulated coding agent (a simulation, not an AI): reads the prompt on "
         "stdin, does one story from the project's sim script, prints Claude-style "
         "stream-json. Faults: " + ", ".join(sorted(FAULTS)),

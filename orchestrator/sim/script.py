@@ -118,7 +118,7 @@ def load_script(path: Path) -> SimScript:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
         raise InputError(
-            f"{path}: field '{where}': {first['msg']}; see orchestrator/sim_script.py for "
+            f"{path}: field '{where}': {first['msg']}; see orchestrator/sim/script.py for "
             "the format"
         ) from exc
 
