@@ -32,6 +32,7 @@ from orchestrator.errors import InputError, PathEscapeError
 from orchestrator.history import merge_history
 from orchestrator.prd import Prd, Story
 from orchestrator.progress import Progress, split_lines
+from orchestrator.project import ensure_logs_dir
 
 if TYPE_CHECKING:
     from orchestrator.project import Project
@@ -181,6 +182,7 @@ def _backup_agent_version(project: Project, report: CheckReport, path: Path) -> 
     while target.exists():
         target = folder / f"{stamp}-{report.story_id}-{n}-{path.name}"
         n += 1
+    ensure_logs_dir(project)
     folder.mkdir(parents=True, exist_ok=True)
     shutil.copy2(path, target)
     report.backups.append(project.rel(target))

@@ -27,6 +27,7 @@ import structlog
 
 from orchestrator import audit, fsutil, tokens
 from orchestrator.errors import InputError
+from orchestrator.project import ensure_logs_dir
 
 log = structlog.get_logger()
 
@@ -81,6 +82,7 @@ class Transaction:
 
     def _prepare(self) -> list[dict[str, Any]]:
         txid = uuid.uuid4().hex[:8]
+        fsutil.make_owned_dir(self.dir)  # an interrupted apply's journal stays out of git
         (self.dir / "backup").mkdir(parents=True)
         ops: list[dict[str, Any]] = []
         for n, op in enumerate(self.ops):
@@ -437,7 +439,7 @@ def condense_with_agent(project: Any, row: audit.Row, agent_name: str, *, apply:
     digest = hashlib.sha256(before.encode("utf-8", "surrogateescape")).hexdigest()[:8]
     original = mem.abs(_archived_path(mem, row.path, "originals")).with_suffix(f".{digest}.md")
     fsutil.atomic_write_text(original, before)
-    logs = Path(project.logs_dir)
+    logs = ensure_logs_dir(project)
     prompt = logs / f"condense-{target.stem}.prompt.md"
     fsutil.atomic_write_text(
         prompt,

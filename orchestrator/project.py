@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from orchestrator import git
+from orchestrator import fsutil, git
 from orchestrator.config import CONFIG_FILE, Config, load_config
 from orchestrator.errors import InputError
 
@@ -78,6 +78,18 @@ def find_ralph_dir(root: Path, cwd: Path, flag: str | None, config: Config) -> P
     if chosen.exists() and not chosen.is_dir():
         raise InputError(f"{where}: {chosen} is a file, not a folder; give the Ralph folder")
     return chosen
+
+
+def ensure_logs_dir(project: Project) -> Path:
+    """Create the log folder (ledger, lock, transcripts, backups) as a folder git ignores
+    (fsutil.make_owned_dir), unless `log.dir` names a folder holding the user's own files
+    (the project root, the Ralph folder, the references): a `*` there would hide them."""
+    logs = Path(project.logs_dir)
+    theirs = (project.root, project.ralph_dir, project.references_dir)
+    if any(p.resolve() == logs or logs in p.resolve().parents for p in theirs):
+        logs.mkdir(parents=True, exist_ok=True)
+        return logs
+    return fsutil.make_owned_dir(logs)
 
 
 def _optional(path: Path) -> Path | None:
