@@ -84,6 +84,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 0
+    code = _call(args)
+    if getattr(args, "exit_one", False) and code not in (0, EXIT_INTERRUPTED):
+        return 1  # `ralph run --compat`: ralph.sh exits 1 for every failure
+    return code
+
+
+def _call(args: argparse.Namespace) -> int:
     try:
         return int(args.func(args))
     except FatalError as exc:
