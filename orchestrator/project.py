@@ -183,11 +183,22 @@ def ensure_logs_dir(project: Project) -> Path:
     (fsutil.make_owned_dir), unless `log.dir` names a folder holding the user's own files
     (the project root, the Ralph folder, the references): a `*` there would hide them."""
     logs = Path(project.logs_dir)
+    if logs.exists() and not logs.is_dir():
+        raise InputError(
+            f"{logs}: is a file, but it is the log folder (log.dir in {CONFIG_FILE}); "
+            "move the file away or set log.dir to another folder"
+        )
     theirs = (project.root, project.ralph_dir, project.references_dir)
-    if any(p.resolve() == logs or logs in p.resolve().parents for p in theirs):
-        logs.mkdir(parents=True, exist_ok=True)
-        return logs
-    return fsutil.make_owned_dir(logs)
+    try:
+        if any(p.resolve() == logs or logs in p.resolve().parents for p in theirs):
+            logs.mkdir(parents=True, exist_ok=True)
+            return logs
+        return fsutil.make_owned_dir(logs)
+    except OSError as exc:
+        raise InputError(
+            f"{logs}: cannot create the log folder ({exc.strerror or exc}); make its parent "
+            f"writable or set log.dir in {CONFIG_FILE} to a writable folder"
+        ) from None
 
 
 def _optional(path: Path) -> Path | None:
