@@ -3,7 +3,8 @@
     .venv/bin/python bench/launch.py                       # 7 runs each
     RALPH_SH=/path/to/ralph.sh .venv/bin/python bench/launch.py --runs 11
 
-Measures, as the median of N runs (wall and CPU seconds of the process and its children):
+Measures, as the median of N runs (wall and CPU seconds of the process and its children; for
+launch to agent, the CPU `ralph` itself had used when the agent started):
 - `ralph --version`, `ralph --help`, `ralph status` on a small project;
 - launch to first agent call: from starting `ralph run --tool stamp 1` to the moment the
   agent process starts, where the agent is a tiny shell script writing a timestamp file;
@@ -31,8 +32,15 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
-# The agent: records when it started, then reads its prompt (stdin) to EOF like a real CLI.
-STAMP_SH = '#!/bin/sh\ndate +%s.%N > "$STAMP_FILE"\ncat > /dev/null\necho done\n'
+# The agent: records when it started and the CPU ticks its parent had used by then (utime,
+# stime, cutime, cstime of /proc/<ppid>/stat: for `ralph run` the parent is ralph itself,
+# since the prompt trampoline execs in place), then reads its prompt (stdin) to EOF.
+STAMP_SH = """#!/bin/sh
+read -r _ _ _ _ _ _ _ _ _ _ _ _ _ ut st cut cst _ < /proc/$PPID/stat
+echo "$(date +%s.%N) $ut $st $cut $cst" > "$STAMP_FILE"
+cat > /dev/null
+echo done
+"""
 PRD = {
     "project": "bench",
     "branchName": "ralph/bench",
@@ -93,9 +101,13 @@ def timed(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float
     return t0, wall, cpu
 
 
-def launch_to_agent(argv: list[str], tmp: Path, ralph_sh: Path | None, n: int) -> list[float]:
-    """Seconds from process start to the agent's start, one figure per fresh project."""
-    out = []
+def launch_to_agent(
+    argv: list[str], tmp: Path, ralph_sh: Path | None, n: int
+) -> tuple[list[float], list[float]]:
+    """Seconds from process start to the agent's start, and the CPU seconds the agent's
+    parent had used by then; one figure each per fresh project."""
+    out, cpu = [], []
+    tick = os.sysconf("SC_CLK_TCK")
     stamp_sh = tmp / "stamp.sh"
     stamp_sh.write_text(STAMP_SH)
     stamp_sh.chmod(0o755)
@@ -108,8 +120,10 @@ def launch_to_agent(argv: list[str], tmp: Path, ralph_sh: Path | None, n: int) -
         env = dict(os.environ, STAMP_FILE=str(stamp), PATH=f"{bin_dir}:{os.environ['PATH']}")
         cmd = [str(root / "scripts" / "ralph" / "ralph.sh") if a == "RALPH_SH" else a for a in argv]
         t0, _, _ = timed(cmd, root, env)
-        out.append(float(stamp.read_text()) - t0)
-    return out
+        when, *ticks = stamp.read_text().split()
+        out.append(float(when) - t0)
+        cpu.append(sum(int(t) for t in ticks) / tick)
+    return out, cpu
 
 
 def median(xs: list[float]) -> float:
@@ -133,10 +147,15 @@ def bench(runs: int, ralph_sh: Path | None) -> dict:
                 "wall_s": median([w for w, _ in samples]),
                 "cpu_s": median([c for _, c in samples]),
             }
-        mine = launch_to_agent([ralph, "run", "--tool", "stamp", "1"], tmp, None, runs)
-        results["launch to agent: ralph run"] = {"wall_s": median(mine), "samples": mine}
+        mine, cpu = launch_to_agent([ralph, "run", "--tool", "stamp", "1"], tmp, None, runs)
+        results["launch to agent: ralph run"] = {
+            "wall_s": median(mine),
+            "cpu_s": median(cpu),
+            "samples": mine,
+        }
         if ralph_sh is not None:
-            theirs = launch_to_agent(["RALPH_SH", "--tool", "claude", "1"], tmp, ralph_sh, runs)
+            # CPU is not shown for ralph.sh: the agent's parent is a subshell of its pipeline.
+            theirs, _ = launch_to_agent(["RALPH_SH", "--tool", "claude", "1"], tmp, ralph_sh, runs)
             results["launch to agent: ralph.sh"] = {"wall_s": median(theirs), "samples": theirs}
         else:
             results["launch to agent: ralph.sh"] = {
