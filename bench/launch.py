@@ -138,6 +138,8 @@ def bench(runs: int, ralph_sh: Path | None) -> dict:
         small = make_project(tmp / "small", tmp / "stamp.sh", None)
         env = dict(os.environ)
         for name, argv in (
+            # The floor: the interpreter starting with the venv's site-packages and exiting.
+            ("python -c pass", [sys.executable, "-c", "pass"]),
             ("ralph --version", [ralph, "--version"]),
             ("ralph --help", [ralph, "--help"]),
             ("ralph status", [ralph, "status"]),
