@@ -153,6 +153,7 @@ class Config(_Section):
     retries: RetriesConfig = Field(default_factory=RetriesConfig)
     stuck_after: int = Field(3, ge=1, le=1_000_000)
     sleep_between: float = Field(2, ge=0, le=DAY)
+    compat: bool = False  # ralph.sh's exit codes and console lines
     agents: dict[str, AgentConfig] = Field(default_factory=dict)
 
     _warnings: list[str] = PrivateAttr(default_factory=list)

@@ -45,6 +45,41 @@ def atomic_write_bytes(path: Path, data: bytes, *, backup: bool = False) -> None
         raise
 
 
+# The `.gitignore` put inside every folder ralph-index owns: git then ignores the folder's
+# whole content (this file included) without any edit of the user's own .gitignore, so an
+# agent told to "commit all changes" cannot commit our ledger, lock or transcripts.
+IGNORE_ALL = "# Written by ralph-index: git ignores this folder (run logs, locks, backups).\n*\n"
+
+
+def make_owned_dir(folder: Path) -> Path:
+    """Create `folder` (and its parents) as a folder git ignores, and return it.
+
+    A new folder appears with its `.gitignore` already inside: it is built under a temporary
+    name and renamed into place, so no `git add -A` can ever catch it bare. An existing folder
+    without a `.gitignore` (made by an older version) gets one, atomically; an existing
+    `.gitignore` is the user's and is left as it is.
+    """
+    folder = Path(folder)
+    marker = folder / ".gitignore"
+    if marker.is_file():
+        return folder
+    if not folder.exists():
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", suffix=".new", dir=folder.parent))
+        try:
+            (tmp / ".gitignore").write_text(IGNORE_ALL, encoding="utf-8")
+            os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700 folders
+            os.rename(tmp, folder)  # fails if another process made `folder` meanwhile
+            return folder
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)
+            if not folder.is_dir():
+                raise
+    if not marker.exists():
+        atomic_write_text(marker, IGNORE_ALL)
+    return folder
+
+
 def atomic_write_text(path: Path, text: str, *, backup: bool = False) -> None:
     """Write text as UTF-8 without newline translation (bytes in == bytes out)."""
     atomic_write_bytes(path, text.encode("utf-8", errors="surrogateescape"), backup=backup)

@@ -25,6 +25,7 @@ import filelock
 
 from orchestrator import fsutil
 from orchestrator.errors import LockHeld
+from orchestrator.project import ensure_logs_dir
 
 if TYPE_CHECKING:
     from orchestrator.project import Project
@@ -56,8 +57,12 @@ def read_holder(lock_path: Path) -> Holder | None:
         return None
 
 
-def _lock(lock_path: Path) -> filelock.BaseFileLock:
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
+def _lock(project: Project) -> filelock.BaseFileLock:
+    lock_path = Path(project.lock_path)
+    if lock_path.parent == Path(project.logs_dir):
+        ensure_logs_dir(project)  # git-ignored from the first lock on
+    else:
+        lock_path.parent.mkdir(parents=True, exist_ok=True)
     # preserve_lock_file: deleting a flock file on release lets a waiting process lock the
     # old inode while a newcomer locks a new one; keeping the (empty) file avoids that race.
     return filelock.FileLock(lock_path, timeout=0, thread_local=False, preserve_lock_file=True)
@@ -65,7 +70,7 @@ def _lock(lock_path: Path) -> filelock.BaseFileLock:
 
 def is_locked(project: Project) -> bool:
     """True while some process holds the project's lock (for `ralph status`)."""
-    lock = _lock(project.lock_path)
+    lock = _lock(project)
     try:
         lock.acquire(timeout=0)
     except filelock.Timeout:
@@ -87,7 +92,7 @@ def _held_message(project: Project) -> str:
 @contextmanager
 def project_lock(project: Project, command: str | None = None) -> Iterator[Holder]:
     """Hold the project's lock for the block, or raise LockHeld at once if another run has it."""
-    lock = _lock(project.lock_path)
+    lock = _lock(project)
     try:
         lock.acquire(timeout=0)
     except filelock.Timeout:

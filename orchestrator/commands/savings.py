@@ -64,7 +64,9 @@ def run(args: argparse.Namespace) -> int:
         )
     # Nothing measured (no history, no index): no files, so a wrong folder is not littered.
     measured = bool(result.rows or result.current)
-    paths = savings.write_outputs(result, args.out or proj.logs_dir) if measured else {}
+    paths = {}
+    if measured:
+        paths = savings.write_outputs(result, args.out or project.ensure_logs_dir(proj))
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
         return 0

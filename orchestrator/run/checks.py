@@ -33,6 +33,7 @@ from orchestrator.memory.history import merge_history
 from orchestrator.memory.markdown import malformed_rows, split_lines
 from orchestrator.memory.prd import Prd, Story
 from orchestrator.memory.progress import Progress
+from orchestrator.project import ensure_logs_dir
 
 if TYPE_CHECKING:
     from orchestrator.memory.references import ReferenceStore
@@ -182,6 +183,7 @@ def _backup_agent_version(project: Project, report: CheckReport, path: Path) -> 
     while target.exists():
         target = folder / f"{stamp}-{report.story_id}-{n}-{path.name}"
         n += 1
+    ensure_logs_dir(project)
     folder.mkdir(parents=True, exist_ok=True)
     shutil.copy2(path, target)
     report.backups.append(project.rel(target))

@@ -95,9 +95,13 @@ class Status:
 
 
 class Display:
-    def __init__(self, console: Console | None = None, *, quiet: bool = False) -> None:
+    def __init__(
+        self, console: Console | None = None, *, quiet: bool = False, compat: bool = False
+    ) -> None:
         self.console = console or Console(highlight=False)
         self.quiet = quiet
+        # ralph.sh's lines, unstyled, so scripts that grep its output keep matching.
+        self.compat = compat
         self.status = Status()
         self._live: Live | None = None
 
@@ -106,6 +110,7 @@ class Display:
         return self.console.is_terminal and not self.quiet
 
     def line(self, text: str, style: str | None = None) -> None:
+        style = None if self.compat else style
         self.console.print(text, style=style, markup=False, highlight=False, soft_wrap=True)
 
     def warn(self, text: str) -> None:
@@ -114,7 +119,8 @@ class Display:
     def banner(self, i: int, n: int, tool: str, story: str) -> None:
         self.line("")
         self.line("=" * 63)
-        self.line(f"  Ralph Iteration {i} of {n} ({tool}) · {story}", style="bold")
+        story_note = "" if self.compat else f" · {story}"
+        self.line(f"  Ralph Iteration {i} of {n} ({tool}){story_note}", style="bold")
         self.line("=" * 63)
 
     def agent(self, text: str) -> None:

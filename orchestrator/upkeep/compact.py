@@ -22,6 +22,7 @@ import structlog
 from orchestrator import fsutil, tokens
 from orchestrator.errors import InputError
 from orchestrator.memory.journal import Transaction
+from orchestrator.project import ensure_logs_dir
 from orchestrator.upkeep import audit
 
 log = structlog.get_logger()
@@ -307,7 +308,7 @@ def condense_with_agent(project: Any, row: audit.Row, agent_name: str, *, apply:
     digest = hashlib.sha256(before.encode("utf-8", "surrogateescape")).hexdigest()[:8]
     original = mem.abs(_archived_path(mem, row.path, "originals")).with_suffix(f".{digest}.md")
     fsutil.atomic_write_text(original, before)
-    logs = Path(project.logs_dir)
+    logs = ensure_logs_dir(project)
     prompt = logs / f"condense-{target.stem}.prompt.md"
     fsutil.atomic_write_text(
         prompt,
