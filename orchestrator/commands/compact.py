@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 from pathlib import Path
 
 from orchestrator.cli import add_common
@@ -31,10 +32,26 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from orchestrator import compact, project
-    from orchestrator.tokens import fmt
+    from orchestrator import compact, lock, project
 
     proj = project.locate(Path.cwd(), args.ralph_dir)
+    writes = args.apply or args.recover or args.rollback or compact.pending(proj.ralph_dir)
+    # Planning happens under the lock too: a plan made while a run edits memory is stale.
+    guard = lock.memory_lock(proj, _action(args)) if writes else contextlib.nullcontext()
+    with guard:
+        return _run(args, proj)
+
+
+def _action(args: argparse.Namespace) -> str:
+    flags = [f for f, on in (("--apply", args.apply), ("--recover", args.recover)) if on]
+    flags += ["--rollback"] if args.rollback else []
+    return " ".join(["ralph compact", *flags])
+
+
+def _run(args: argparse.Namespace, proj) -> int:
+    from orchestrator import compact
+    from orchestrator.tokens import fmt
+
     if args.recover or args.rollback or compact.pending(proj.ralph_dir):
         done = compact.recover(proj.ralph_dir, rollback=args.rollback)
         print(f"ralph compact: {done or 'no interrupted apply to recover'}")

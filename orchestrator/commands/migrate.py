@@ -22,10 +22,20 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from orchestrator import compact, migrate, project
-    from orchestrator.tokens import fmt
+    from orchestrator import lock, project
 
     proj = project.locate(Path.cwd(), args.ralph_dir)
+    if args.dry_run:
+        return _run(args, proj)
+    # The plan is made under the lock too: one made while a run edits memory is stale.
+    with lock.memory_lock(proj, "ralph migrate"):
+        return _run(args, proj)
+
+
+def _run(args: argparse.Namespace, proj) -> int:
+    from orchestrator import compact, migrate
+    from orchestrator.tokens import fmt
+
     if compact.pending(proj.ralph_dir):
         print("ralph migrate: an earlier apply was interrupted; run `ralph compact --recover`")
         return 1
