@@ -2,16 +2,19 @@
 
 References are memory like the log, but unlike the log they may be rewritten: the template
 asks the agent to condense a reference (facts kept, shorter wording). So "fewer lines" alone
-is no loss. A rewrite is a loss (`assess` returns a `Loss`) only when both hold:
+is no loss. What makes a text specific is its distinctive terms (identifiers, paths,
+commands, numbers, long words; see `distinctive_terms`): a fact cannot be kept without its
+names. A rewrite is a loss (`assess` returns a `Loss`) when:
 
-- the text shrank a lot: under half of the old content lines remain, or under half of the
-  old bytes (a wipe often keeps a title and one line);
-- most of what made the old text specific is gone: under half of its distinctive terms
-  (identifiers, paths, commands, numbers, long words; see `distinctive_terms`) still occur
-  in the new text.
+- under half of the old content lines remain and under half of the old terms occur in the
+  new text (a wipe: a title and "(nothing)" instead of 32 learnings), or
+- the lines are there but under half of the old bytes, with under a quarter of the old
+  terms (every line blanked or replaced by a word).
 
-Condensing keeps the terms (a fact cannot be kept without its names), so it passes even at
-a third of the length; replacing 32 learnings with "(nothing)" fails both tests. Small
+Condensing keeps most terms, so it passes even at a third of the length: on 92 references
+made by `ralph migrate` from 6 corpus histories, bullets joined, tags and filler dropped and
+every bullet cut to its first clause (a 65% cut) is never taken for a wipe, and a title plus
+"(nothing)" always is (tests/adversarial/test_memory_safety.py). Small
 references (fewer than MIN_LINES content lines) are never judged: too little to tell.
 """
 
@@ -22,7 +25,8 @@ from dataclasses import dataclass
 
 MIN_LINES = 3
 SHRINK = 0.5  # under this share of old lines (or bytes) left: "shrank a lot"
-KEPT = 0.5  # under this share of old distinctive terms left: "facts gone"
+KEPT = 0.5  # under this share of old distinctive terms left, with the lines gone
+KEPT_BYTES = 0.25  # ... with only the bytes gone (lines kept but emptied)
 
 # A token: a word possibly joined by . _ / - : (paths, identifiers, versions, flags).
 _TOKEN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_./:-]*[A-Za-z0-9_]|[A-Za-z0-9_]")
@@ -127,14 +131,14 @@ def assess(old: str, new: str) -> Loss | None:
     if len(before) < MIN_LINES:
         return None
     after = content_lines(new)
-    shrank = len(after) < SHRINK * len(before) or len(new.encode()) < SHRINK * len(old.encode())
-    if not shrank:
-        return None
+    lines_gone = len(after) < SHRINK * len(before)
+    bytes_gone = len(new.encode()) < SHRINK * len(old.encode())
     terms = distinctive_terms(old)
-    if not terms:
+    if not (lines_gone or bytes_gone) or not terms:
         return None
     haystack = new.lower()
     kept = sum(1 for t in terms if t in haystack)
-    if kept >= KEPT * len(terms):
-        return None
-    return Loss(len(before), len(after), len(terms), kept)
+    share = kept / len(terms)
+    if (lines_gone and share < KEPT) or (bytes_gone and share < KEPT_BYTES):
+        return Loss(len(before), len(after), len(terms), kept)
+    return None
