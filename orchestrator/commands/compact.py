@@ -5,8 +5,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from orchestrator.cli import add_common
+
+if TYPE_CHECKING:
+    from orchestrator.project import Project
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -48,7 +52,7 @@ def _action(args: argparse.Namespace) -> str:
     return " ".join(["ralph compact", *flags])
 
 
-def _run(args: argparse.Namespace, proj) -> int:
+def _run(args: argparse.Namespace, proj: Project) -> int:
     from orchestrator import compact
     from orchestrator.tokens import fmt
 

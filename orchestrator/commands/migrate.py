@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from orchestrator.cli import add_common
+
+if TYPE_CHECKING:
+    from orchestrator.project import Project
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -32,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
         return _run(args, proj)
 
 
-def _run(args: argparse.Namespace, proj) -> int:
+def _run(args: argparse.Namespace, proj: Project) -> int:
     from orchestrator import compact, migrate
     from orchestrator.tokens import fmt
 
