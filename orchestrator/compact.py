@@ -25,7 +25,7 @@ from typing import Any
 
 import structlog
 
-from orchestrator import audit, fsutil, tokens
+from orchestrator import audit, fsutil, refloss, tokens
 from orchestrator.errors import InputError
 
 log = structlog.get_logger()
@@ -397,6 +397,9 @@ def condense_check(before: str, after: str, topic: str) -> list[str]:
     title = next((ln for ln in after.splitlines() if ln.strip()), "")
     if audit.norm_topic(title.lstrip("# ")) != audit.norm_topic(topic):
         problems.append(f"its first line is not the topic title '# {topic}'")
+    loss = refloss.assess(before, after)
+    if loss is not None:  # the same rule the run's checks apply to a wiped reference
+        problems.append(f"it dropped most of the facts ({loss.describe()})")
     return problems
 
 

@@ -73,3 +73,11 @@ def test_every_line_blanked_to_a_word_is_a_loss() -> None:
 
 def test_small_references_are_not_judged() -> None:
     assert refloss.assess("# T\n- one fact `a.py`\n- two\n", "# T\n") is None
+
+
+def test_compact_condense_check_refuses_a_wipe_and_takes_a_condensing() -> None:
+    from orchestrator.compact import condense_check
+
+    assert condense_check(REFERENCE, CONDENSED, "Auth flow") == []
+    [problem] = condense_check(REFERENCE, "# Auth flow\n\n(nothing)\n", "Auth flow")
+    assert problem.startswith("it dropped most of the facts")
