@@ -96,9 +96,16 @@ def _held_message(project: Project, action: str | None = None) -> str:
 
 
 @contextmanager
-def memory_lock(project: Project, action: str) -> Iterator[Holder]:
+def memory_lock(project: Project, action: str) -> Iterator[Holder | None]:
     """For commands that write memory outside a run: hold the project's lock for the block,
-    or raise LockHeld (naming `action`, the run's pid and what to do) while a run holds it."""
+    or raise LockHeld (naming `action`, the run's pid and what to do) while a run holds it.
+
+    Without a lock file no run has ever taken the lock here (a run creates it and it is
+    kept), so none holds it now: the command then creates nothing beyond what it is asked to
+    write (a refused `migrate`, a repeated `init` leave no lock file behind)."""
+    if not project.lock_path.exists():
+        yield None
+        return
     with project_lock(project, command=action, action=action) as me:
         yield me
 
