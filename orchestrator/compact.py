@@ -324,7 +324,8 @@ def apply(project: Any, p: CompactPlan) -> None:
 
 
 def _archived_path(mem: audit.MemoryFiles, path: str, sub: str) -> str:
-    name = path.rsplit("/", 1)[-1]
+    # The row's path is user text: its last part becomes a name in the archive folder.
+    name = fsutil.safe_name(path.rsplit("/", 1)[-1])
     parts = [mem.rel_dir, "archive", *([sub] if sub else []), name]
     return "/".join(parts)
 
@@ -441,7 +442,8 @@ def condense_with_agent(project: Any, row: audit.Row, agent_name: str, *, apply:
     original = mem.abs(_archived_path(mem, row.path, "originals")).with_suffix(f".{digest}.md")
     fsutil.atomic_write_text(original, before)
     logs = Path(project.logs_dir)
-    prompt = logs / f"condense-{target.stem}.prompt.md"
+    stem = fsutil.safe_name(target.stem)
+    prompt = logs / f"condense-{stem}.prompt.md"
     fsutil.atomic_write_text(
         prompt,
         CONDENSE_PROMPT.format(
@@ -453,7 +455,7 @@ def condense_with_agent(project: Any, row: audit.Row, agent_name: str, *, apply:
         agent,
         prompt,
         cwd=project.root,
-        transcript_path=logs / f"condense-{target.stem}.log",
+        transcript_path=logs / f"condense-{stem}.log",
         wall_timeout=timeouts.iteration,
         idle_timeout=timeouts.idle,
     )

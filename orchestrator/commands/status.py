@@ -86,3 +86,8 @@ def render(st: dict, console: Console) -> None:
         markup=False,
         soft_wrap=True,
     )
+    if last.get("skipped_lines"):
+        console.print(
+            f"ledger: {last['skipped_lines']} damaged line(s) skipped (torn records)",
+            markup=False,
+        )

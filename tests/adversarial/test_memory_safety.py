@@ -411,6 +411,9 @@ def test_torn_last_line_then_another_run(tmp_path: Path, one_run: Path, keep) ->
     no_traceback(rep)
     assert rep.returncode == 0, rep.stderr
     assert ("skipped 1 damaged line" in rep.stderr) == (keep != -1)
+    st = ralph(root, "status")
+    no_traceback(st)
+    assert st.returncode == 0 and ("1 damaged line(s) skipped" in st.stdout) == (keep != -1)
 
 
 def test_torn_line_in_the_middle_is_skipped_and_the_next_record_recovered(
