@@ -195,8 +195,12 @@ def _backup_agent_version(project: Project, report: CheckReport, path: Path) -> 
 def _restore(project: Project, report: CheckReport, path: Path, data: str | bytes) -> None:
     # The restore matters more than the backup: a failure to keep the agent's version (disk
     # full, an unwritable logs folder) is reported, never allowed to stop the repair.
+    # A second repair of the same file (history, then an index row) keeps only the first
+    # backup: that one is the agent's version, the later one would be our own.
+    first = project.rel(path) not in report.restored_files
     try:
-        _backup_agent_version(project, report, path)
+        if first:
+            _backup_agent_version(project, report, path)
     except OSError as exc:
         log.warning("checks.backup_failed", path=str(path), error=str(exc))
         report.add(
@@ -211,7 +215,8 @@ def _restore(project: Project, report: CheckReport, path: Path, data: str | byte
     else:
         fsutil.atomic_write_bytes(path, data)
     report.restored = True
-    report.restored_files.append(project.rel(path))
+    if first:
+        report.restored_files.append(project.rel(path))
     # info, not warning: the finding itself is what the user sees (once) on the console.
     log.info("checks.restored", path=str(path), story=report.story_id)
 
