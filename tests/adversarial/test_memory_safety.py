@@ -276,7 +276,7 @@ def busy(tmp_path_factory: pytest.TempPathFactory):
         tmp_path_factory.mktemp("busy") / "p",
         3,
         config={"mode": "indexed"},
-        sim_args=["--delay", "2"],
+        sim_args=["--delay", "3"],
     )
     progress = root / RD / "progress.txt"
     proc = subprocess.Popen(
