@@ -7,9 +7,12 @@ the target, so a crash leaves either the old file or the new one, never half of 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
+import re
 import shutil
 import tempfile
+import unicodedata
 from pathlib import Path, PurePosixPath
 
 
@@ -83,6 +86,29 @@ def make_owned_dir(folder: Path) -> Path:
 def atomic_write_text(path: Path, text: str, *, backup: bool = False) -> None:
     """Write text as UTF-8 without newline translation (bytes in == bytes out)."""
     atomic_write_bytes(path, text.encode("utf-8", errors="surrogateescape"), backup=backup)
+
+
+NAME_MAX = 80
+_UNSAFE = re.compile(r"[^A-Za-z0-9._+-]+")
+
+
+def safe_name(text: str, *, max_len: int = NAME_MAX) -> str:
+    """One file or folder name made from user text (a story id, a branch, a topic, a run
+    name): the only way such text becomes part of a path.
+
+    Letters are folded to ASCII, every other run of characters outside `A-Z a-z 0-9 . _ + -`
+    (separators `/` and `\\`, `..`, spaces, control characters) becomes one `-`, leading
+    dots and dashes go (no hidden file, no option-looking name), and the result is at most
+    `max_len` characters, so it always fits the 255-byte name limit. Text with nothing
+    usable left gets `x-<hash>`, so two such ids still get different names. Already-safe
+    names are returned unchanged (`US-001`, `feat-x`)."""
+    folded = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode("ascii")
+    name = _UNSAFE.sub("-", folded).lstrip(".-")
+    name = re.sub(r"\.{2,}", ".", name)[:max_len].rstrip(".-")
+    if not name:
+        digest = hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
+        name = f"x-{digest[:8]}"
+    return name
 
 
 def relative_inside(path: str) -> PurePosixPath | None:

@@ -8,7 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.fsutil import atomic_write_bytes, atomic_write_text, read_text, relative_inside
+from orchestrator.fsutil import (
+    atomic_write_bytes,
+    atomic_write_text,
+    read_text,
+    relative_inside,
+    safe_name,
+)
 
 
 def _mode(p: Path) -> int:
@@ -66,3 +72,29 @@ def test_relative_inside_refuses_what_could_leave_the_folder(
 ) -> None:
     got = relative_inside(given)
     assert (got.as_posix() if got is not None else None) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "name"),
+    [
+        ("US-001", "US-001"),
+        ("API/006", "API-006"),
+        ("../../x", "x"),
+        ("a b\tc\nd", "a-b-c-d"),
+        ("Ünïcode/ßtory", "Unicode-tory"),
+        (".hidden", "hidden"),
+        ("-rf", "rf"),
+        ("a..b", "a.b"),
+        ("feat\\win", "feat-win"),
+    ],
+)
+def test_safe_name(text: str, name: str) -> None:
+    assert safe_name(text) == name
+
+
+def test_safe_name_never_empty_never_long_and_a_file_name(tmp_path: Path) -> None:
+    for text in ("", "...", "東京", "/", "L" * 1000, "é" * 300, "a\x00b"):
+        name = safe_name(text)
+        assert name and len(name) <= 80 and "/" not in name and name not in (".", "..")
+        (tmp_path / name).write_text("ok")  # the filesystem takes it
+    assert safe_name("東京") != safe_name("大阪")

@@ -12,7 +12,9 @@ import re
 import sys
 from pathlib import Path
 
+from orchestrator import log, project
 from orchestrator.commands.common import add_common
+from orchestrator.run import loop
 
 _NUMBER = re.compile(r"^[0-9]+$")
 
@@ -163,9 +165,6 @@ def overrides(args: argparse.Namespace, max_iterations: int | None) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    from orchestrator import log, project
-    from orchestrator.run import loop
-
     log.configure(None, verbose=args.verbose)  # config warnings as readable stderr lines
     max_iter, ignored = _merge_rest(args)
     for w in ignored:

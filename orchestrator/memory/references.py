@@ -39,7 +39,7 @@ def slugify(topic: str) -> str:
         dash = cut.rfind("-")
         slug = cut[:dash] if dash >= SLUG_MAX * 2 // 3 else cut
         slug = slug.strip("-")
-    return slug or "topic"
+    return fsutil.safe_name(slug) if slug else "topic"
 
 
 class ReferenceStore:

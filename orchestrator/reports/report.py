@@ -42,6 +42,8 @@ class Arm:
     mode: str | None
     agent: str | None
     rows: list[IterationRow] = field(default_factory=list)
+    skipped_lines: int = 0  # damaged ledger lines left out (torn records)
+    skipped_note: str = ""
 
     @property
     def stories_completed(self) -> int:
@@ -117,6 +119,8 @@ def load_arm(path: Path, name: str | None = None, run_id: str | None = None) -> 
         mode=first.get("mode"),
         agent=first.get("agent"),
         rows=[_row(r) for r in chosen],
+        skipped_lines=len(records.skipped),
+        skipped_note=records.skipped_note(),
     )
 
 
@@ -136,6 +140,7 @@ def compare(arms: list[Arm]) -> dict[str, Any]:
                 "run_id": a.run_id,
                 "mode": a.mode,
                 "agent": a.agent,
+                "skipped_lines": a.skipped_lines,
                 "totals": a.totals(),
                 "iterations": [asdict(r) for r in a.rows],
             }

@@ -68,6 +68,10 @@ def summary_line(rec: dict[str, Any]) -> str:
         parts.append(
             f"checks: {checks.get('errors', 0)} error(s), {checks.get('warnings', 0)} warning(s)"
         )
+    if checks.get("restored_files"):
+        # Lost memory put back must be seen on the one line a user reads per story.
+        kept = " (agent's version in backups)" if checks.get("backups") else ""
+        parts.append(f"restored {', '.join(checks['restored_files'])}{kept}")
     return " · ".join(parts)
 
 

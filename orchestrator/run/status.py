@@ -89,5 +89,6 @@ def last_run(ledger_path: Path) -> dict[str, Any] | None:
         run_id=run_id,
         status=end[-1].get("status") if end else None,
         exit_code=end[-1].get("exit_code") if end else None,
+        skipped_lines=len(records.skipped),
     )
     return d
