@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from orchestrator import checks, fsutil, git, limits, runner
+from orchestrator import checks, fsutil, git, limits, redact, runner
 from orchestrator.errors import InputError
 
 if TYPE_CHECKING:
@@ -157,7 +157,9 @@ class Iteration:
         memory = Memory.load(self.project)
         self.assembled = build_prompt(loop, story, memory)
         self.prompt_file = loop.run_dir / f"iteration-{n}.prompt.md"
-        fsutil.atomic_write_text(self.prompt_file, self.assembled.text)
+        # The copy kept in the logs is redacted; the agent gets the exact prompt only while
+        # it runs (spawn), so a key an agent wrote into a reference stays out of our logs.
+        redact.write_text(self.prompt_file, self.assembled.text)
         self.snapshot = checks.snapshot(self.project)
         # Progress is judged against the state before the first attempt, so a retry that
         # follows a partial attempt still sees that attempt's changes.
@@ -185,16 +187,20 @@ class Iteration:
         st.passed, st.total = self.passed_before, self.total
         st.note = "" if self.attempts == 1 else f"attempt {self.attempts}"
         timeouts = self.project.config.timeouts
-        with display.live():
-            outcome, result = runner.run_agent(
-                self.loop.agent,
-                self.prompt_file,
-                cwd=Path(self.project.root),
-                transcript_path=transcript,
-                on_line=display.agent,
-                wall_timeout=timeouts.iteration,
-                idle_timeout=timeouts.idle,
-            )
+        fsutil.atomic_write_text(self.prompt_file, self.assembled.text)
+        try:
+            with display.live():
+                outcome, result = runner.run_agent(
+                    self.loop.agent,
+                    self.prompt_file,
+                    cwd=Path(self.project.root),
+                    transcript_path=transcript,
+                    on_line=display.agent,
+                    wall_timeout=timeouts.iteration,
+                    idle_timeout=timeouts.idle,
+                )
+        finally:
+            redact.write_text(self.prompt_file, self.assembled.text)
         return self._assess(outcome, result, self.start, transcript)
 
     def _assess(

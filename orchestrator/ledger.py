@@ -24,7 +24,9 @@ from typing import Any
 
 import structlog
 
+from orchestrator import fsutil
 from orchestrator.errors import InputError
+from orchestrator.redact import Redactor
 
 log = structlog.get_logger()
 
@@ -51,6 +53,7 @@ class Ledger:
     def __init__(self, path: Path, run_id: str | None = None) -> None:
         self.path = Path(path)
         self.run_id = run_id or new_run_id()
+        self._redact = Redactor()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file = self.path.open("a", encoding="utf-8")
         self._log = structlog.wrap_logger(
@@ -59,6 +62,8 @@ class Ledger:
                 structlog.processors.TimeStamper(fmt="iso", utc=True, key="ts"),
                 _order_keys,
                 structlog.processors.JSONRenderer(default=str, ensure_ascii=False),
+                # Error texts and argv end up here: the rendered line is redacted whole.
+                lambda _logger, _name, line: self._redact(line),
             ],
             # Explicit, so the app's logging setup (log.configure) never reroutes the ledger.
             wrapper_class=structlog.BoundLogger,
@@ -92,7 +97,7 @@ def read(path: Path, *, strict: bool = False) -> list[dict[str, Any]]:
     compaction keep working; `strict` (reports, whose numbers must be complete) raises an
     InputError naming the file and line instead, and also for a missing ledger."""
     path = Path(path)
-    if not path.exists():
+    if not fsutil.present(path):  # a FIFO or folder in its place is an error, not a hang
         if strict:
             raise InputError(f"{path}: no such ledger (run `ralph run` first, or check the path)")
         return []

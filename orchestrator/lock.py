@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 import filelock
 
 from orchestrator import fsutil
+from orchestrator.redact import redact
 from orchestrator.errors import LockHeld
 
 if TYPE_CHECKING:
@@ -95,7 +96,7 @@ def project_lock(project: Project, command: str | None = None) -> Iterator[Holde
     me = Holder(
         pid=os.getpid(),
         started=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        command=command or " ".join(["ralph", *sys.argv[1:]]),
+        command=redact(command or " ".join(["ralph", *sys.argv[1:]])),
         host=socket.gethostname(),
         root=str(project.root),
     )

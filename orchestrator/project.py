@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from orchestrator import git
+from orchestrator import fsutil, git
 from orchestrator.config import CONFIG_FILE, Config, load_config
 from orchestrator.errors import InputError
 
@@ -81,7 +81,7 @@ def find_ralph_dir(root: Path, cwd: Path, flag: str | None, config: Config) -> P
 
 
 def _optional(path: Path) -> Path | None:
-    return path if path.is_file() else None
+    return path if fsutil.present(path) else None
 
 
 def locate(
@@ -98,7 +98,7 @@ def locate(
     top = git.toplevel(cwd)
     root = top or cwd
     config_path = root / CONFIG_FILE
-    config = load_config(config_path if config_path.is_file() else None, overrides or {})
+    config = load_config(config_path if fsutil.present(config_path) else None, overrides or {})
     rdir = find_ralph_dir(root, cwd, ralph_dir, config)
     logs_dir = (root / config.log.dir).resolve()
     template = (root / config.template).resolve() if config.template else None

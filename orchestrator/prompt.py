@@ -31,6 +31,7 @@ from typing import Any
 
 import structlog
 
+from orchestrator import fsutil
 from orchestrator import select as sel
 from orchestrator import tokens as tok
 from orchestrator.errors import EXIT_BUDGET, ConfigError, FatalError, InputError
@@ -374,7 +375,7 @@ def builtin_template(name: str) -> Template:
 
 def _read_template(path: Path, what: str) -> Template:
     try:
-        return Template(str(path), path.read_bytes().decode("utf-8"))
+        return Template(str(path), fsutil.read_bytes(path).decode("utf-8"))
     except FileNotFoundError as exc:
         raise ConfigError(f"{what}: {path} does not exist; fix the path or remove it") from exc
     except UnicodeDecodeError as exc:
@@ -386,7 +387,7 @@ def indexed_template(project: Any) -> Template:
     if configured:
         return _read_template(Path(project.root) / configured, "ralph.yaml template")
     local = Path(project.ralph_dir) / USER_TEMPLATE
-    if local.is_file():
+    if fsutil.present(local):
         return _read_template(local, USER_TEMPLATE)
     return builtin_template("prompt.md")
 
@@ -394,10 +395,10 @@ def indexed_template(project: Any) -> Template:
 def user_prompt_file(ralph_dir: Path, tool: str | None) -> Template | None:
     """Ralph's prompt for this tool, exactly as ralph.sh would pipe it to the agent."""
     path = Path(ralph_dir) / ("CLAUDE.md" if tool == "claude" else "prompt.md")
-    if not path.is_file():
+    if not fsutil.present(path):
         return None
     # Bytes unchanged: decoded losslessly so the runner can write back the same bytes.
-    return Template(str(path), path.read_bytes().decode("utf-8", errors="surrogateescape"))
+    return Template(str(path), fsutil.read_bytes(path).decode("utf-8", errors="surrogateescape"))
 
 
 def _rel(path: Path, root: Path) -> str:
