@@ -34,22 +34,29 @@ MIN_SECRET_LEN = 8
 _B64 = r"A-Za-z0-9_\-"  # base64url and most token alphabets
 
 
-def _token(prefix: str, body: str) -> re.Pattern[str]:
-    """`prefix` then `body`, starting only where no token character precedes it."""
-    return re.compile(rf"(?<![{_B64}]){prefix}{body}")
+def _token(prefix: str, body: str) -> tuple[str, re.Pattern[str]]:
+    """(literal, pattern): `prefix` then `body`, only where no token character precedes it.
+    The literal comes first so the regex engine can skip ahead to it, and the pattern is
+    only run at all when the literal occurs in the text."""
+    lookbehind = rf"(?<![{_B64}]{re.escape(prefix)})"
+    return prefix, re.compile(re.escape(prefix) + lookbehind + body)
 
 
 _PATTERNS = [
-    _token(r"sk-(?:ant-|proj-|svcacct-|admin-)?", rf"[{_B64}]{{16,}}+"),
-    _token(r"(?:ghp|gho|ghu|ghs|ghr)_", r"[A-Za-z0-9]{30,}+"),
-    _token(r"github_pat_", r"[A-Za-z0-9_]{40,}+"),
-    _token(r"(?:AKIA|ASIA)", r"[0-9A-Z]{16}(?![0-9A-Za-z])"),
-    _token(r"xox[abprse]-", r"[A-Za-z0-9\-]{10,}+"),
-    _token(r"AIza", r"[0-9A-Za-z_\-]{35}"),
-    _token(r"glpat-", r"[A-Za-z0-9_\-]{20,}+"),
-    _token(r"npm_", r"[A-Za-z0-9]{36}(?![A-Za-z0-9])"),
+    *(
+        _token(f"sk-{kind}", rf"[{_B64}]{{16,}}+")
+        for kind in ("ant-", "proj-", "svcacct-", "admin-", "")
+    ),
+    *(_token(f"{kind}_", r"[A-Za-z0-9]{30,}+") for kind in ("ghp", "gho", "ghu", "ghs", "ghr")),
+    _token("github_pat_", r"[A-Za-z0-9_]{40,}+"),
+    _token("AKIA", r"[0-9A-Z]{16}(?![0-9A-Za-z])"),
+    _token("ASIA", r"[0-9A-Z]{16}(?![0-9A-Za-z])"),
+    *(_token(f"xox{kind}-", r"[A-Za-z0-9\-]{10,}+") for kind in "abprse"),
+    _token("AIza", r"[0-9A-Za-z_\-]{35}"),
+    _token("glpat-", r"[A-Za-z0-9_\-]{20,}+"),
+    _token("npm_", r"[A-Za-z0-9]{36}(?![A-Za-z0-9])"),
     # JWT: three base64url parts, the first two JSON objects ("eyJ" is '{"').
-    _token(r"eyJ", r"[A-Za-z0-9_\-]{8,}+\.eyJ[A-Za-z0-9_\-]{8,}+\.[A-Za-z0-9_\-]{8,}+"),
+    _token("eyJ", r"[A-Za-z0-9_\-]{8,}+\.eyJ[A-Za-z0-9_\-]{8,}+\.[A-Za-z0-9_\-]{8,}+"),
 ]
 # Keep the label, mask the value (group 2).
 _KEYS = (
@@ -57,25 +64,35 @@ _KEYS = (
     r"access[_-]?key(?:[_-]?id)?|secret[_-]?access[_-]?key|private[_-]?key|"
     r"auth[_-]?token|access[_-]?token|refresh[_-]?token|token|x-api-key|credentials?)"
 )
-_VALUE = r"""(?!\[REDACTED\])(?=[^\s"'`,;&<>\\]*?[A-Za-z])[^\s"'`,;&<>\\]{4,}+"""
+# Matched in ASCII-lowered text: a value needs a letter (`input_tokens: 1234` is a count).
+_VALUE = r"""(?!\[redacted\])(?=[^\s"'`,;&<>\\]*?[a-z])[^\s"'`,;&<>\\]{4,}+"""
+_KEY_HINTS = ("pass", "secret", "key", "token", "credential")
+# (hints, pattern): the pattern runs only when one hint occurs in the ASCII-lowered text.
 _LABELLED = [
-    re.compile(r"(\bBearer[ \t]++)([A-Za-z0-9._~+/=\-]{8,}+)", re.IGNORECASE),
-    re.compile(
-        r"(\bAuthorization[\"']?[ \t]*+:[ \t]*+[\"']?(?:Basic|Token)[ \t]++)([A-Za-z0-9._~+/=\-]{8,}+)",
-        re.IGNORECASE,
+    (("bearer",), re.compile(r"(\bbearer[ \t]++)([a-z0-9._~+/=\-]{8,}+)")),
+    (
+        ("authorization",),
+        re.compile(
+            r"(\bauthorization[\"']?[ \t]*+:[ \t]*+[\"']?(?:basic|token)[ \t]++)"
+            r"([a-z0-9._~+/=\-]{8,}+)"
+        ),
     ),
     # key=value, key: value, "key": "value", key = 'value' (JSON, YAML, env files, INI).
     # The key may carry a prefix (DB_PASSWORD, github_token) but nothing after the keyword:
     # `max_tokens: 4096` and `tokenizer: x` are not secrets.
-    re.compile(
-        rf"""({_KEYS}["']?[ \t]{{0,4}}+(?:=|:(?!//))[ \t]{{0,4}}+["']?)({_VALUE})""",
-        re.IGNORECASE,
+    (
+        _KEY_HINTS,
+        re.compile(rf"""({_KEYS}["']?[ \t]{{0,4}}+(?:=|:(?!//))[ \t]{{0,4}}+["']?)({_VALUE})"""),
     ),
-    # Command-line flags: --password hunter2, --api-key=..., -p is too ambiguous to take.
-    re.compile(rf"(--{_KEYS}(?:=|[ \t]++))({_VALUE})", re.IGNORECASE),
-    # scheme://user:password@host
-    re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.\-]{0,20}://[^\s/:@]{0,200}+:)([^\s/@]{1,200}+)(?=@)"),
+    # Command-line flags: --password hunter2, --api-key=...; -p is too ambiguous to take.
+    (_KEY_HINTS, re.compile(rf"(--{_KEYS}(?:=|[ \t]++))({_VALUE})")),
+    # scheme://user:password@host (the scheme is left as it is)
+    (
+        ("://",),
+        re.compile(r"(://(?<=[A-Za-z0-9]://)[^\s/:@]{0,200}+:)([^\s/@]{1,200}+)(?=@)"),
+    ),
 ]
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 _PEM_BEGIN = re.compile(r"-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY-----")
 _PEM_END = re.compile(r"-----END [A-Z0-9 ]{0,40}PRIVATE KEY-----")
 # Values a labelled pattern found and that are long enough to mask wherever they reappear.
@@ -107,17 +124,38 @@ def _mask_pem(text: str) -> str:
 
 def _shapes(text: str, learned: set[str] | None = None) -> str:
     text = _mask_pem(text)
-    for pattern in _PATTERNS:
-        text = pattern.sub(MASK, text)
+    for literal, pattern in _PATTERNS:
+        if literal in text:
+            text = pattern.sub(MASK, text)
+    lowered = text.translate(_ASCII_LOWER)  # same length: str.lower() may change it
 
-    def keep_label(m: re.Match[str]) -> str:
-        if learned is not None and len(m.group(2)) >= _LEARN_MIN:
-            learned.add(m.group(2))
-        return m.group(1) + MASK
-
-    for pattern in _LABELLED:
-        text = pattern.sub(keep_label, text)
+    for hints, pattern in _LABELLED:
+        if any(h in lowered for h in hints):
+            text, lowered = _mask_values(text, lowered, pattern, learned)
     return text
+
+
+def _mask_values(
+    text: str, lowered: str, pattern: re.Pattern[str], learned: set[str] | None
+) -> tuple[str, str]:
+    """Mask group 2 of each match of `pattern` found in `lowered` (the ASCII-lowered `text`,
+    same length): a case-sensitive search is several times faster than IGNORECASE."""
+    out: list[str] = []
+    low: list[str] = []
+    pos = 0
+    for m in pattern.finditer(lowered):
+        start, end = m.span(2)
+        value = text[start:end]
+        if learned is not None and len(value) >= _LEARN_MIN:
+            learned.add(value)
+        out += (text[pos:start], MASK)
+        low += (lowered[pos:start], MASK.lower())
+        pos = end
+    if not out:
+        return text, lowered
+    out.append(text[pos:])
+    low.append(lowered[pos:])
+    return "".join(out), "".join(low)
 
 
 def _values(text: str, values: Iterable[str]) -> str:
