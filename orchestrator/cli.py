@@ -88,8 +88,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if exc.filename:
             _say(f"ralph: error: {file_error(exc.filename, exc, 'use')}")
         else:
-            _say(f"ralph: error: {exc.strerror or exc} (errno {exc.errno}); check disk and "
-                 "permissions of the project and its ralph/logs folder, then run again")
+            _say(
+                f"ralph: error: {exc.strerror or exc} (errno {exc.errno}); check disk and "
+                "permissions of the project and its ralph/logs folder, then run again"
+            )
         return EXIT_USAGE
     except Exception as exc:  # a bug: one line, the traceback goes to the log file
         from orchestrator import log  # lazy: the error path only

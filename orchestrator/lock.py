@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING
 import filelock
 
 from orchestrator import fsutil
-from orchestrator.redact import redact
 from orchestrator.errors import LockHeld
+from orchestrator.redact import redact
 
 if TYPE_CHECKING:
     from orchestrator.project import Project

@@ -65,7 +65,7 @@ _KEYS = (
     r"auth[_-]?token|access[_-]?token|refresh[_-]?token|token|x-api-key|credentials?)"
 )
 # Matched in ASCII-lowered text: a value needs a letter (`input_tokens: 1234` is a count).
-_VALUE = r"""(?!\[redacted\])(?=[^\s"'`,;&<>\\]*?[a-z])[^\s"'`,;&<>\\]{4,}+"""
+_VALUE = r"""(?!\[redacted\])(?=[^\s"'`,;<>\\]*?[a-z])[^\s"'`,;<>\\]{4,}+"""
 _KEY_HINTS = ("pass", "secret", "key", "token", "credential")
 # (hints, pattern): the pattern runs only when one hint occurs in the ASCII-lowered text.
 _LABELLED = [

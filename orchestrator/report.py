@@ -14,8 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestrator import ledger, tokens
-from orchestrator import redact
+from orchestrator import ledger, redact, tokens
 from orchestrator.fsutil import atomic_write_bytes
 
 

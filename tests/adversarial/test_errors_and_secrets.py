@@ -12,7 +12,6 @@ import json
 import os
 import re
 import shutil
-import stat
 import subprocess
 import sys
 import tempfile
@@ -279,14 +278,16 @@ def test_demo_into_a_fifo() -> None:
 
 # ---------------------------------------------------------------------------- pipes, bugs, disk
 def test_closed_stdout_pipe_exits_quietly(tmp_path: Path) -> None:
-    """`ralph prompt --mode full | head -1`: the reader goes away mid-output."""
+    """`ralph migrate --dry-run | head -1`: the reader goes away mid-output."""
     root = _project(tmp_path)
     entries = "".join(
         f"## 2026-01-01 - US-{i:03d}\n- learned thing {i}\n---\n" for i in range(4000)
     )
-    (root / PROG).write_text(PROGRESS + entries)  # ~150 KB of prompt: more than a pipe holds
+    (root / PROG).write_text(
+        "# Ralph Progress Log\nStarted: x\n---\n\n" + entries
+    )  # ~150 KB of output: more than a pipe holds
     proc = subprocess.Popen(
-        [*RALPH, "prompt", "--mode", "full"],
+        [*RALPH, "migrate", "--dry-run"],
         cwd=root,
         env=env(),
         stdout=subprocess.PIPE,
@@ -453,8 +454,8 @@ ref.parent.mkdir(parents=True, exist_ok=True)
 ref.write_text("# Deploy\n" + "".join(f"- {t}\n" for t in secrets))
 prog = root / "scripts/ralph/progress.txt"
 text = prog.read_text()
-if "| Deploy |" not in text:
-    prog.write_text(text.replace("|---|---|\n", "|---|---|\n| Deploy | ralph/references/deploy.md |\n"))
+if "deploy.md" not in text:
+    prog.write_text(text.replace("|---|---|\n", "|---|---|\n| Add feature 2 | ralph/references/deploy.md |\n"))
 prd_path = root / "scripts/ralph/prd.json"
 prd = json.loads(prd_path.read_text())
 for s in prd["userStories"]:
@@ -476,8 +477,10 @@ def test_no_secret_reaches_any_file_under_the_logs(tmp_path: Path) -> None:
     script.write_text(AGENT)
     cfg = root / YAML
     cfg.write_text(
-        cfg.read_text()
-        + f"agents:\n  leaky:\n    command: [{sys.executable}, {script}, {values_file}]\n"
+        cfg.read_text().replace(
+            "agents:\n",
+            f"agents:\n  leaky:\n    command: [{sys.executable}, {script}, {values_file}]\n",
+        )
     )
     (root / PROG).write_text(PROGRESS)
     subprocess.run(["git", "add", "-A"], cwd=root, check=True)
