@@ -9,6 +9,7 @@ exit codes for errors: every `FatalError` becomes one message on stderr and its 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import sys
@@ -104,10 +105,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _say(line: str) -> None:
     """One line on stderr; stderr itself may be a closed pipe, which must not raise."""
-    try:
+    with contextlib.suppress(OSError):
         print(line, file=sys.stderr, flush=True)
-    except OSError:
-        pass
 
 
 def _broken_pipe() -> int:

@@ -309,7 +309,8 @@ def test_a_bug_is_one_line_and_its_traceback_goes_to_the_log(tmp_path: Path) -> 
         "from orchestrator import cli\n"
         "orig = cli.build_parser\n"
         "def patched():\n"
-        "    p = orig(); p._subparsers._group_actions[0].choices['status'].set_defaults(func=boom)\n"
+        "    p = orig()\n"
+        "    p._subparsers._group_actions[0].choices['status'].set_defaults(func=boom)\n"
         "    return p\n"
         "cli.build_parser = patched\n"
         "sys.exit(cli.main(['status']))\n"
@@ -455,7 +456,8 @@ ref.write_text("# Deploy\n" + "".join(f"- {t}\n" for t in secrets))
 prog = root / "scripts/ralph/progress.txt"
 text = prog.read_text()
 if "deploy.md" not in text:
-    prog.write_text(text.replace("|---|---|\n", "|---|---|\n| Add feature 2 | ralph/references/deploy.md |\n"))
+    row = "| Add feature 2 | ralph/references/deploy.md |\n"
+    prog.write_text(text.replace("|---|---|\n", "|---|---|\n" + row))
 prd_path = root / "scripts/ralph/prd.json"
 prd = json.loads(prd_path.read_text())
 for s in prd["userStories"]:
