@@ -502,3 +502,30 @@ def test_no_secret_reaches_any_file_under_the_logs(tmp_path: Path) -> None:
     assert leaks == []
     assert "hunter2hunter2" in (root / "ralph/references/deploy.md").read_text()
     assert "hunter2hunter2" not in proc.stdout + proc.stderr
+
+
+def test_agents_get_default_sigpipe(tmp_path: Path) -> None:
+    """Python ignores SIGPIPE and the ignore survives exec: the agent trampoline restores the
+    default, so `yes | head -1` in an agent's shell ends quietly instead of 'Broken pipe'."""
+    from orchestrator import stdin_exec
+
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-I",
+            "-S",
+            stdin_exec.__file__,
+            "-",
+            "--",
+            "sh",
+            "-c",
+            "yes | head -1 >/dev/null; grep SigIgn /proc/self/status",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+    assert proc.stderr == "", proc.stderr
+    ignored = int(proc.stdout.split()[-1], 16)
+    assert not ignored & (1 << (13 - 1)), "SIGPIPE still ignored in the agent"
