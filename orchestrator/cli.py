@@ -84,14 +84,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         return _broken_pipe()
     except OSError as exc:  # last resort: a file error that no helper turned into an InputError
-        from orchestrator.fsutil import file_error  # lazy: the error path only
+        from orchestrator import log  # lazy: the error path only
+        from orchestrator.fsutil import file_error
 
+        # Which write failed is in the traceback: keep it for whoever fixes the gap.
+        saved = log.record_crash(exc)
+        where = f" (details: {saved})" if saved else ""
         if exc.filename:
-            _say(f"ralph: error: {file_error(exc.filename, exc, 'use')}")
+            _say(f"ralph: error: {file_error(exc.filename, exc, 'use')}{where}")
         else:
             _say(
-                f"ralph: error: {exc.strerror or exc} (errno {exc.errno}); check disk and "
-                "permissions of the project and its ralph/logs folder, then run again"
+                f"ralph: error: {exc.strerror or exc} (errno {exc.errno}); check disk space and "
+                f"permissions of the project and its ralph/logs folder, then run again{where}"
             )
         return EXIT_USAGE
     except Exception as exc:  # a bug: one line, the traceback goes to the log file

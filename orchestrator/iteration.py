@@ -200,8 +200,17 @@ class Iteration:
                     idle_timeout=timeouts.idle,
                 )
         finally:
-            redact.write_text(self.prompt_file, self.assembled.text)
+            self._redact_prompt_copy()
         return self._assess(outcome, result, self.start, transcript)
+
+    def _redact_prompt_copy(self) -> None:
+        """Put the redacted copy back; if that cannot be written (disk full), remove the
+        exact one rather than leave secrets in the logs. Never masks the agent's outcome."""
+        try:
+            redact.write_text(self.prompt_file, self.assembled.text)
+        except OSError as exc:
+            self.prompt_file.unlink(missing_ok=True)
+            log.warning("prompt_copy_removed", error=str(exc))
 
     def _assess(
         self, outcome: runner.RunOutcome, result: Any, before: WorkState, transcript: Path

@@ -72,7 +72,10 @@ class Ledger:
 
     def event(self, event: str, **fields: Any) -> None:
         """Append one record (`event` names its kind)."""
-        self._log.msg(event, **fields)
+        try:
+            self._log.msg(event, **fields)
+        except OSError as exc:  # disk full: one error naming the ledger
+            raise fsutil.file_error(self.path, exc, "append to") from None
 
     def iteration(self, record: dict[str, Any]) -> None:
         if record.get("outcome") not in OUTCOMES:

@@ -85,6 +85,8 @@ def configure(log_file: Path | None = None, *, verbose: bool = False) -> None:
         root.removeHandler(h)
         h.close()
     root.setLevel(logging.DEBUG)
+    # A log line that cannot be written (disk full) must not print logging's own traceback.
+    logging.raiseExceptions = False
 
     console = _CurrentStderr()
     console.setLevel(logging.DEBUG if verbose else logging.WARNING)

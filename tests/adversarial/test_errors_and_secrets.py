@@ -529,3 +529,30 @@ def test_agents_get_default_sigpipe(tmp_path: Path) -> None:
     assert proc.stderr == "", proc.stderr
     ignored = int(proc.stdout.split()[-1], 16)
     assert not ignored & (1 << (13 - 1)), "SIGPIPE still ignored in the agent"
+
+
+def test_disk_full_during_the_transcript_keeps_the_run_going(tmp_path: Path) -> None:
+    """An agent prints 4 MB into a 128 KB logs folder: the transcript stops with one warning
+    naming it, the run carries on, and no traceback (not even logging's own) is printed."""
+    logs = tmp_path / "logs"
+    if not IS_ROOT or not _tmpfs(logs, "128k"):
+        pytest.skip("needs root and tmpfs mounting to make a full file system")
+    try:
+        root = _project(tmp_path)
+        noisy = "import sys; sys.stdin.read(); [print('x' * 200) for _ in range(20000)]"
+        cfg = root / YAML
+        cfg.write_text(
+            cfg.read_text().replace(
+                "agents:\n",
+                f"log:\n  dir: {logs}\nagents:\n  noisy:\n"
+                f'    command: [{sys.executable}, -c, "{noisy}"]\n',
+            )
+        )
+        proc = _run(root, ["run", "--tool", "noisy", "1"])
+        both = proc.stdout + proc.stderr
+        assert "Traceback" not in both and "Logging error" not in both, proc.stderr
+        assert proc.returncode in (1, 2), proc.stderr
+        warned = [ln for ln in proc.stderr.splitlines() if "transcript_stopped" in ln]
+        assert len(warned) == 1 and "iteration-1.log" in warned[0] and "ENOSPC" in warned[0]
+    finally:
+        subprocess.run(["umount", "-l", str(logs)], check=False)
