@@ -430,17 +430,22 @@ def test_redaction_is_linear_on_a_10mb_adversarial_line() -> None:
         "password=1 ",
         "api_key: 2 ",
         "https://a:",
-        "-----BEGIN PRIVATE KEY-----",
         "Bearer ",
         "--token ",
         "a-",
     ]
+    # (No PEM BEGIN here: an unterminated block masks the rest of the text, hiding the rest.)
     unit = "".join(seeds)
     line = unit * (10_000_000 // len(unit))
     start = time.perf_counter()
-    redact(line, env={})
+    out = redact(line, env={})
     elapsed = time.perf_counter() - start
     assert elapsed < 30, f"{elapsed:.1f}s for 10 MB"
+    assert out.count("[REDACTED]") >= line.count("password=1 ") // 2  # the patterns did run
+    pem = "-----BEGIN PRIVATE KEY-----\n" * (10_000_000 // 28)
+    start = time.perf_counter()
+    assert redact(pem, env={}) == "[REDACTED]"
+    assert time.perf_counter() - start < 10
 
 
 AGENT = r"""
