@@ -30,7 +30,9 @@ from typing import Any
 
 import structlog
 
+from orchestrator import fsutil
 from orchestrator.errors import FatalError, InputError
+from orchestrator.redact import Redactor
 
 log = structlog.get_logger()
 
@@ -107,6 +109,7 @@ class Ledger:
     def __init__(self, path: Path, run_id: str | None = None) -> None:
         self.path = Path(path)
         self.run_id = run_id or new_run_id()
+        self._redact = Redactor()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file = _LineWriter(self.path)
         self._log = structlog.wrap_logger(
@@ -115,6 +118,8 @@ class Ledger:
                 structlog.processors.TimeStamper(fmt="iso", utc=True, key="ts"),
                 _order_keys,
                 structlog.processors.JSONRenderer(default=str, ensure_ascii=False),
+                # Error texts and argv end up here: the rendered line is redacted whole.
+                lambda _logger, _name, line: self._redact(line),
             ],
             # Explicit, so the app's logging setup (log.configure) never reroutes the ledger.
             wrapper_class=structlog.BoundLogger,
@@ -168,7 +173,7 @@ def read(path: Path, *, strict: bool = False) -> Records:
     working on every other line. `strict` (reports) makes a missing ledger an InputError."""
     path = Path(path)
     records = Records(path)
-    if not path.exists():
+    if not fsutil.present(path):  # a FIFO or folder in its place is an error, not a hang
         if strict:
             raise InputError(f"{path}: no such ledger (run `ralph run` first, or check the path)")
         return records

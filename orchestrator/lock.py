@@ -31,6 +31,7 @@ import filelock
 from orchestrator import fsutil
 from orchestrator.errors import LockHeld
 from orchestrator.project import ensure_logs_dir
+from orchestrator.redact import redact
 
 if TYPE_CHECKING:
     from orchestrator.project import Project
@@ -128,7 +129,7 @@ def project_lock(
     me = Holder(
         pid=os.getpid(),
         started=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        command=command or " ".join(["ralph", *sys.argv[1:]]),
+        command=redact(command or " ".join(["ralph", *sys.argv[1:]])),
         host=socket.gethostname(),
         root=str(project.root),
     )

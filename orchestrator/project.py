@@ -202,7 +202,7 @@ def ensure_logs_dir(project: Project) -> Path:
 
 
 def _optional(path: Path) -> Path | None:
-    return path if path.is_file() else None
+    return path if fsutil.present(path) else None
 
 
 def locate(
@@ -219,7 +219,7 @@ def locate(
     top = git.toplevel(cwd)
     root = top or cwd
     config_path = root / CONFIG_FILE
-    config = load_config(config_path if config_path.is_file() else None, overrides or {})
+    config = load_config(config_path if fsutil.present(config_path) else None, overrides or {})
     rdir = find_ralph_dir(root, cwd, ralph_dir, config)
     logs_dir = (root / config.log.dir).resolve()
     template = (root / config.template).resolve() if config.template else None

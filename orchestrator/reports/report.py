@@ -14,8 +14,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestrator import ledger, tokens
-from orchestrator.fsutil import atomic_write_bytes, atomic_write_text
+from orchestrator import ledger, redact, tokens
+from orchestrator.fsutil import atomic_write_bytes
 
 
 @dataclass
@@ -279,8 +279,8 @@ def write_report(arms: list[Arm], out_dir: Path, stem: str = "ab") -> Written:
     chart = render_chart(data, out_dir / f"{stem}-tokens.png")
     md = out_dir / f"{stem}-report.md"
     js = out_dir / f"{stem}-report.json"
-    atomic_write_text(md, render_markdown(data, chart.name))
-    atomic_write_text(js, json.dumps(data, indent=2) + "\n")
+    redact.write_text(md, render_markdown(data, chart.name))
+    redact.write_text(js, json.dumps(data, indent=2) + "\n")
     return Written(markdown=md, json=js, chart=chart, data=data)
 
 

@@ -31,9 +31,9 @@ from typing import Any
 
 import structlog
 
+from orchestrator import fsutil
 from orchestrator import tokens as tok
 from orchestrator.errors import EXIT_BUDGET, ConfigError, FatalError, InputError
-from orchestrator.run import select as sel
 
 log = structlog.get_logger()
 
@@ -274,6 +274,8 @@ def _index_block(inp: Inputs) -> str:
 def build_indexed(inp: Inputs, *, with_counterfactual: bool = True) -> Assembled:
     # Imported here: ranking needs numpy (~0.4 s to import), which full mode, the ralph.sh
     # path, never uses.
+    from orchestrator.run import select as sel
+
     enc = inp.encoding
     index = _index_block(inp)
     base_vals = _values(inp, index=index)
@@ -400,7 +402,7 @@ def builtin_template(name: str) -> Template:
 
 def _read_template(path: Path, what: str) -> Template:
     try:
-        return Template(str(path), path.read_bytes().decode("utf-8"))
+        return Template(str(path), fsutil.read_bytes(path).decode("utf-8"))
     except FileNotFoundError as exc:
         raise ConfigError(f"{what}: {path} does not exist; fix the path or remove it") from exc
     except UnicodeDecodeError as exc:
@@ -412,7 +414,7 @@ def indexed_template(project: Any) -> Template:
     if configured:
         return _read_template(Path(project.root) / configured, "ralph.yaml template")
     local = Path(project.ralph_dir) / USER_TEMPLATE
-    if local.is_file():
+    if fsutil.present(local):
         return _read_template(local, USER_TEMPLATE)
     return builtin_template("prompt.md")
 
@@ -420,10 +422,10 @@ def indexed_template(project: Any) -> Template:
 def user_prompt_file(ralph_dir: Path, tool: str | None) -> Template | None:
     """Ralph's prompt for this tool, exactly as ralph.sh would pipe it to the agent."""
     path = Path(ralph_dir) / ("CLAUDE.md" if tool == "claude" else "prompt.md")
-    if not path.is_file():
+    if not fsutil.present(path):
         return None
     # Bytes unchanged: decoded losslessly so the runner can write back the same bytes.
-    return Template(str(path), path.read_bytes().decode("utf-8", errors="surrogateescape"))
+    return Template(str(path), fsutil.read_bytes(path).decode("utf-8", errors="surrogateescape"))
 
 
 def _rel(path: Path, root: Path) -> str:
