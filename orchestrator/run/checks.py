@@ -22,14 +22,13 @@ the repair) and the report says `restored: true`. Every write is atomic.
 from __future__ import annotations
 
 import datetime as _dt
-import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import structlog
 
-from orchestrator import fsutil, git
+from orchestrator import fsutil, git, redact
 from orchestrator.errors import InputError, PathEscapeError
 from orchestrator.memory import refloss
 from orchestrator.memory.history import merge_history
@@ -192,7 +191,9 @@ def _backup_agent_version(project: Project, report: CheckReport, path: Path) -> 
         n += 1
     ensure_logs_dir(project)
     folder.mkdir(parents=True, exist_ok=True)
-    shutil.copy2(path, target)
+    # Redacted like every file under the logs: a secret the agent wrote into the memory
+    # must not survive in our copy (the user's file itself is restored, not redacted).
+    redact.write_text(target, fsutil.read_text(path))
     report.backups.append(project.rel(target))
 
 
