@@ -184,6 +184,7 @@ class Config(_Section):
     retries: RetriesConfig = Field(default_factory=RetriesConfig)
     stuck_after: int = Field(3, ge=1, le=1_000_000)
     sleep_between: float = Field(2, ge=0, le=DAY)
+    compat: bool = False  # ralph.sh's exit codes and console lines
     notify: NotifyConfig = Field(default_factory=NotifyConfig)
     agents: dict[str, AgentConfig] = Field(default_factory=dict)
 
@@ -326,7 +327,7 @@ def read_yaml(path: Path) -> dict[str, Any]:
     """Parse ralph.yaml into a dict; an empty file is an empty config."""
     shown = display_path(path)
     try:
-        text = path.read_bytes().decode("utf-8")
+        text = fsutil.read_bytes(path).decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError(
             f"{shown}: not UTF-8 text (byte {exc.start}); save the file as UTF-8"
@@ -527,7 +528,7 @@ def load_config(path: Path | None, overrides: Mapping[str, Any] | None = None) -
             raise ConfigError(f"command line: unknown setting '{key}'")
     raw: dict[str, Any] = {}
     source = "defaults"
-    if path is not None and Path(path).is_file():
+    if path is not None and fsutil.present(path):
         raw = read_yaml(Path(path))
         source = display_path(Path(path))
     raw, unknown = _prune_unknown(raw)

@@ -55,3 +55,17 @@ class Stuck(FatalError):
 
 class Interrupted(FatalError):
     exit_code = EXIT_INTERRUPTED
+
+
+class FileError(InputError, OSError):
+    """A user or log file could not be read or written (permission, a folder in the way, a
+    FIFO, a symlink loop, disk full...). Also an OSError, so `except OSError` still sees it."""
+
+    def __init__(self, message: str, *, path: str, errno: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.filename = path
+        self.errno = errno
+
+    def __str__(self) -> str:
+        return self.message

@@ -86,7 +86,8 @@ def tree(root: Path) -> dict[str, str]:
     return {
         p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
         for p in sorted(root.rglob("*"))
-        if p.is_file() and ".git" not in p.parts
+        # The project lock `compact --apply` takes is not memory.
+        if p.is_file() and ".git" not in p.parts and not p.name.startswith("ralph.lock")
     }
 
 

@@ -32,6 +32,7 @@ from typing import IO, TYPE_CHECKING, Literal
 import pexpect
 import structlog
 
+from orchestrator import fsutil
 from orchestrator.agents import stdin_exec
 from orchestrator.redact import Redactor
 
@@ -326,6 +327,7 @@ class _LineReader:
         self, on_line: Callable[[str], None] | None, transcript: IO[str] | None, redactor: Redactor
     ) -> None:
         self.on_line, self.transcript, self.redactor = on_line, transcript, redactor
+        self.path = getattr(transcript, "name", "the transcript")
         self.lines: list[str] = []
         self.partial = _LongLine()
         self.dropped = 0
@@ -362,8 +364,16 @@ class _LineReader:
         line = clean_line(raw)
         self.lines.append(line)
         if self.transcript is not None:
-            self.transcript.write(self.redactor(line) + "\n")
-            self.transcript.flush()
+            try:
+                self.transcript.write(self.redactor(line) + "\n")
+                self.transcript.flush()
+            except OSError as exc:
+                # Disk full (or gone): the agent's work matters more than its log. Stop
+                # writing the transcript and say so once; the run goes on.
+                self.transcript = None
+                log.warning(
+                    "transcript_stopped", error=str(fsutil.file_error(self.path, exc, "write"))
+                )
         if self.on_line is not None:
             try:
                 self.on_line(line)
@@ -377,8 +387,14 @@ def _open_transcript(path: Path | str | None):
         yield None
         return
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a", encoding="utf-8", errors="replace") as f:
+    f = open(path, "a", encoding="utf-8", errors="replace")  # noqa: SIM115 - closed below
+    try:
         yield f
+    finally:
+        # Lines are flushed one by one; what close() may still fail on (disk full) was
+        # already reported by the reader as "transcript_stopped".
+        with contextlib.suppress(OSError):
+            f.close()
 
 
 def _pump(

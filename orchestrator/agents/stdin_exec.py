@@ -10,6 +10,7 @@ Only the standard library is used, so the runner can start it with `python -I -S
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
 EXIT_NOT_FOUND = 127
@@ -29,6 +30,10 @@ def main(argv: list[str]) -> int:
     if fd != 0:
         os.dup2(fd, 0)
         os.close(fd)
+    # Python ignores SIGPIPE and SIGXFSZ, and ignored signals survive exec: give the agent
+    # the defaults a shell gives, so `cmd | head` in its tools ends quietly as it should.
+    for sig in (signal.SIGPIPE, signal.SIGXFSZ):
+        signal.signal(sig, signal.SIG_DFL)
     try:
         os.execvp(prog[0], prog)
     except FileNotFoundError:

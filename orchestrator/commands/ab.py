@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from orchestrator.commands.common import add_common
-from orchestrator.project import locate
+from orchestrator.project import ensure_logs_dir, locate
 from orchestrator.reports import ab
 
 
@@ -31,7 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     project = locate(Path.cwd(), args.ralph_dir)
     logs_rel = os.path.relpath(project.logs_dir, project.root)
-    out = args.out or ab.default_out_dir(project.logs_dir)
+    out = args.out or ab.default_out_dir(ensure_logs_dir(project))
     opts = ab.AbOptions(
         out_dir=out,
         tool=args.tool,

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import sys
+from datetime import datetime
 from pathlib import Path
 
+from orchestrator import project
 from orchestrator.reports import report
 
 
@@ -28,17 +31,15 @@ def run(args: argparse.Namespace) -> int:
     arms = []
     for spec in args.ledgers:
         name, _, path = spec.rpartition("=")
-        arms.append(report.load_arm(Path(path), name=name or None))
-    out = args.out or _default_out()
-    print(report.write_report(arms, out, stem="ab").summary(), end="")
+        arm = report.load_arm(Path(path), name=name or None)
+        if arm.skipped_note:
+            print(f"ralph report: warning: {arm.skipped_note}", file=sys.stderr)
+        arms.append(arm)
+    print(report.write_report(arms, args.out or _default_out(), stem="ab").summary(), end="")
     return 0
 
 
 def _default_out() -> Path:
     """Next to the runs, like `ralph ab`: never scattered into the current folder."""
-    from datetime import datetime
-
-    from orchestrator import project
-
     logs = Path(project.locate(Path.cwd()).logs_dir)
     return logs / f"report-{datetime.now().strftime('%Y%m%d-%H%M%S')}"

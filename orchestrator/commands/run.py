@@ -12,7 +12,9 @@ import re
 import sys
 from pathlib import Path
 
+from orchestrator import log, project
 from orchestrator.commands.common import add_common
+from orchestrator.run import loop
 
 _NUMBER = re.compile(r"^[0-9]+$")
 
@@ -84,6 +86,12 @@ def _add_flags(p: argparse.ArgumentParser) -> None:
         help="stop (exit 4) after N iterations in a row without progress",
     )
     p.add_argument(
+        "--compat",
+        action="store_true",
+        help="behave like ralph.sh for scripts: exit 1 on every failure and print its "
+        "console lines (ralph.yaml: compat: true)",
+    )
+    p.add_argument(
         "-q",
         "--quiet",
         action="store_true",
@@ -152,17 +160,19 @@ def overrides(args: argparse.Namespace, max_iterations: int | None) -> dict:
         "sleep_between": args.sleep_between,
         "stuck_after": args.stuck_after,
         "retries.transient": args.max_retries,
+        "compat": True if args.compat else None,
     }
 
 
 def run(args: argparse.Namespace) -> int:
-    from orchestrator import log, project
-    from orchestrator.run import loop
-
     log.configure(None, verbose=args.verbose)  # config warnings as readable stderr lines
     max_iter, ignored = _merge_rest(args)
     for w in ignored:
         print(f"ralph: warning: ignored argument {w!r} (ralph.sh ignores it too)", file=sys.stderr)
+    # cli.main reads `exit_one`: ralph.sh exits 1 on every failure. The flag counts even
+    # when ralph.yaml cannot be read; the config key once it has been.
+    args.exit_one = bool(args.compat)
     proj = project.locate(Path.cwd(), args.ralph_dir, overrides(args, max_iter))
+    args.exit_one = proj.config.compat
     summary = loop.run(proj, loop.RunOptions(quiet=args.quiet, verbose=args.verbose))
     return summary.exit_code

@@ -10,7 +10,11 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from orchestrator import project, watch
 from orchestrator.commands.common import add_common
+from orchestrator.run import status
+from orchestrator.run.display import duration, money, saving
+from orchestrator.tokens import fmt
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -40,13 +44,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from orchestrator import project
-    from orchestrator.run import status
-
     proj = project.locate(Path.cwd(), args.ralph_dir)
     if args.follow:
-        from orchestrator import watch
-
         return watch.follow(
             proj, Console(highlight=False), interval=max(0.1, args.interval), lines=args.lines
         )
@@ -59,9 +58,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def render(st: dict, console: Console) -> None:
-    from orchestrator.run.display import duration, money, saving
-    from orchestrator.tokens import fmt
-
     s = st["stories"]
     nxt = s["next"]
     console.print(
@@ -133,3 +129,8 @@ def render(st: dict, console: Console) -> None:
         markup=False,
         soft_wrap=True,
     )
+    if last.get("skipped_lines"):
+        console.print(
+            f"ledger: {last['skipped_lines']} damaged line(s) skipped (torn records)",
+            markup=False,
+        )

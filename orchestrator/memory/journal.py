@@ -65,6 +65,7 @@ class Transaction:
 
     def _prepare(self) -> list[dict[str, Any]]:
         txid = uuid.uuid4().hex[:8]
+        fsutil.make_owned_dir(self.dir)  # an interrupted apply's journal stays out of git
         (self.dir / "backup").mkdir(parents=True)
         ops: list[dict[str, Any]] = []
         for n, op in enumerate(self.ops):

@@ -14,6 +14,8 @@ Refusals raise `PathEscapeError` naming the path and the rule.
 
 from __future__ import annotations
 
+import errno
+import os
 import re
 import unicodedata
 from pathlib import Path, PurePosixPath
@@ -39,7 +41,18 @@ def slugify(topic: str) -> str:
         dash = cut.rfind("-")
         slug = cut[:dash] if dash >= SLUG_MAX * 2 // 3 else cut
         slug = slug.strip("-")
-    return slug or "topic"
+    return fsutil.safe_name(slug) if slug else "topic"
+
+
+def _resolve(path: Path) -> Path:
+    """`path.resolve()`, with a symlink loop (RuntimeError before Python 3.13) as a FileError
+    naming the file instead of a crash."""
+    try:
+        return path.resolve()
+    except RuntimeError:
+        raise fsutil.file_error(
+            path, OSError(errno.ELOOP, os.strerror(errno.ELOOP)), "read"
+        ) from None
 
 
 class ReferenceStore:
@@ -73,7 +86,7 @@ class ReferenceStore:
         """The file an index path names, or PathEscapeError if it could leave the folder."""
         rel = self._inside_parts(index_path)
         folder = self.dir.resolve()
-        target = folder.joinpath(*rel).resolve()
+        target = _resolve(folder.joinpath(*rel))
         if target != folder and folder not in target.parents:
             raise self._escape(index_path, f"it resolves to {target}")
         if target == folder:

@@ -40,7 +40,7 @@ class Memory:
         (a ReferenceStore) and config.encoding."""
         encoding = _encoding(project)
         progress_path = Path(project.progress_path)
-        text = fsutil.read_text(progress_path) if progress_path.is_file() else ""
+        text = fsutil.read_text(progress_path) if fsutil.present(progress_path) else ""
         progress = Progress.parse(text)
         store = project.references
         refs = [
@@ -72,11 +72,13 @@ def _reference(store: Any, topic: str, path: str, encoding: str, progress: Path)
         file = store.resolve(path)
     except PathEscapeError as e:
         raise PathEscapeError(f"{progress}: Progress Index row {topic!r}: {e}") from None
-    if not file.is_file():
+    # An unreadable reference (permissions, a folder or FIFO in its place) is an error that
+    # names it, never a silently empty memory.
+    if not fsutil.present(file):
         return Reference(topic=topic, path=path, text="", tokens=0, exists=False)
     try:
         text = fsutil.read_text(file)
-    except OSError:  # vanished or unreadable between the check and the read
+    except FileNotFoundError:  # removed between the check and the read
         return Reference(topic=topic, path=path, text="", tokens=0, exists=False)
     return Reference(
         topic=topic, path=path, text=text, tokens=tokens.count(text, encoding), exists=True

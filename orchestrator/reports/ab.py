@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from orchestrator import git, ledger
+from orchestrator import git, ledger, redact
 from orchestrator.errors import FatalError
 from orchestrator.reports import report
 
@@ -209,6 +209,7 @@ def run_ab(
 
 def _collect(arm: ArmRun, dest: Path, logs_rel: str) -> None:
     """Keep each arm's ledger and transcripts beside the report."""
+    redact.rewrite(arm.log)  # the arm's console output, written by the arm, not by us
     logs = arm.workspace / logs_rel
     dest.mkdir(parents=True, exist_ok=True)
     if not logs.is_dir():

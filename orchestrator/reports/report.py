@@ -14,8 +14,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestrator import ledger, tokens
-from orchestrator.fsutil import atomic_write_bytes, atomic_write_text
+from orchestrator import ledger, redact, tokens
+from orchestrator.fsutil import atomic_write_bytes
 
 
 @dataclass
@@ -42,6 +42,8 @@ class Arm:
     mode: str | None
     agent: str | None
     rows: list[IterationRow] = field(default_factory=list)
+    skipped_lines: int = 0  # damaged ledger lines left out (torn records)
+    skipped_note: str = ""
 
     @property
     def stories_completed(self) -> int:
@@ -117,6 +119,8 @@ def load_arm(path: Path, name: str | None = None, run_id: str | None = None) -> 
         mode=first.get("mode"),
         agent=first.get("agent"),
         rows=[_row(r) for r in chosen],
+        skipped_lines=len(records.skipped),
+        skipped_note=records.skipped_note(),
     )
 
 
@@ -136,6 +140,7 @@ def compare(arms: list[Arm]) -> dict[str, Any]:
                 "run_id": a.run_id,
                 "mode": a.mode,
                 "agent": a.agent,
+                "skipped_lines": a.skipped_lines,
                 "totals": a.totals(),
                 "iterations": [asdict(r) for r in a.rows],
             }
@@ -274,8 +279,8 @@ def write_report(arms: list[Arm], out_dir: Path, stem: str = "ab") -> Written:
     chart = render_chart(data, out_dir / f"{stem}-tokens.png")
     md = out_dir / f"{stem}-report.md"
     js = out_dir / f"{stem}-report.json"
-    atomic_write_text(md, render_markdown(data, chart.name))
-    atomic_write_text(js, json.dumps(data, indent=2) + "\n")
+    redact.write_text(md, render_markdown(data, chart.name))
+    redact.write_text(js, json.dumps(data, indent=2) + "\n")
     return Written(markdown=md, json=js, chart=chart, data=data)
 
 

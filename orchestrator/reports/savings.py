@@ -29,7 +29,7 @@ from typing import Any
 
 import structlog
 
-from orchestrator import fsutil
+from orchestrator import fsutil, redact
 from orchestrator import tokens as tok
 from orchestrator.errors import InputError
 from orchestrator.memory.prd import Prd, Story
@@ -361,7 +361,7 @@ def write_outputs(s: Savings, out_dir: Path) -> dict[str, Path]:
     """savings.json and (when there are rows) savings-tokens.png in `out_dir`."""
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {"json": out_dir / JSON_NAME}
-    fsutil.atomic_write_text(paths["json"], json.dumps(s.to_dict(), indent=2) + "\n")
+    redact.write_text(paths["json"], json.dumps(s.to_dict(), indent=2) + "\n")
     if s.rows:
         paths["chart"] = render_chart(s, out_dir / CHART_NAME)
     return paths

@@ -48,8 +48,9 @@ def branch_of(prd_path: Path) -> str | None:
 
 def folder_name(last_branch: str, day: str) -> str:
     short = last_branch[len("ralph/") :] if last_branch.startswith("ralph/") else last_branch
-    # A branch like "feat/x" would nest folders; keep the archive one level deep.
-    return f"{day}-{short.replace('/', '-')}"
+    # A branch like "feat/x" would nest folders (and "../x" would leave the archive): keep
+    # the archive one level deep, its name made safe like every name built from user text.
+    return fsutil.safe_name(f"{day}-{short}")
 
 
 def _free_folder(base: Path) -> Path:

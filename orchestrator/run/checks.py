@@ -7,32 +7,35 @@ What is checked: which stories flipped to `passes: true` (more than one is suspi
 prd.json is still valid and still lists every story; progress.txt gained an entry for the
 story; nothing that existed in progress.txt was deleted or altered outside the index table;
 the index table parses; every row points to an existing file inside the references folder;
-every reference created or changed has a row; a passed story was committed and left a clean
-working tree.
+every reference created or changed has a row; no reference was wiped (refloss: condensing is
+fine, losing most lines and most distinctive terms is not) and no row of an existing
+reference was removed; a passed story was committed and left a clean working tree.
 
 Users' history is precious, so losses are repaired, not just reported: lost progress.txt
-lines are put back (the agent's additions are kept after them), a deleted reference or
-progress.txt is restored, a broken prd.json is replaced by the snapshot (with the story's
-pass kept when it can be). The agent's version is saved under `<log dir>/backups/` first and
-the report says `restored: true`. Every write is atomic.
+lines are put back (the agent's additions are kept after them), a deleted or wiped
+reference, a removed index row and a deleted progress.txt are restored, a broken prd.json
+is replaced by the snapshot (with the story's pass kept when it can be). The agent's version
+is saved under `<log dir>/backups/` first (a failure there is reported, never allowed to stop
+the repair) and the report says `restored: true`. Every write is atomic.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
-import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import structlog
 
-from orchestrator import fsutil, git
+from orchestrator import fsutil, git, redact
 from orchestrator.errors import InputError, PathEscapeError
+from orchestrator.memory import refloss
 from orchestrator.memory.history import merge_history
 from orchestrator.memory.markdown import malformed_rows, split_lines
 from orchestrator.memory.prd import Prd, Story
 from orchestrator.memory.progress import Progress
+from orchestrator.project import ensure_logs_dir
 
 if TYPE_CHECKING:
     from orchestrator.memory.references import ReferenceStore
@@ -172,29 +175,53 @@ def snapshot(project: Project) -> Snapshot:
 
 
 def _backup_agent_version(project: Project, report: CheckReport, path: Path) -> None:
-    """Keep the agent's version of a file we are about to repair, under <logs>/backups/."""
+    """Keep the agent's version of a file we are about to repair, under <logs>/backups/.
+
+    The name is built from the story id, which is user text (`API/006`, `../../x`), so it
+    goes through fsutil.safe_name; the copy goes to a fresh name, never over an older one."""
     if not path.is_file():
         return
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
     folder = project.logs_dir / "backups"
-    target = folder / f"{stamp}-{report.story_id}-{path.name}"
+    stem = fsutil.safe_name(f"{stamp}-{report.story_id}")
+    target = folder / f"{stem}-{fsutil.safe_name(path.name)}"
     n = 1
     while target.exists():
-        target = folder / f"{stamp}-{report.story_id}-{n}-{path.name}"
+        target = folder / f"{stem}-{n}-{fsutil.safe_name(path.name)}"
         n += 1
+    ensure_logs_dir(project)
     folder.mkdir(parents=True, exist_ok=True)
-    shutil.copy2(path, target)
+    # Redacted like every file under the logs: a secret the agent wrote into the memory
+    # must not survive in our copy (the user's file itself is restored, not redacted).
+    redact.write_text(target, fsutil.read_text(path))
     report.backups.append(project.rel(target))
 
 
 def _restore(project: Project, report: CheckReport, path: Path, data: str | bytes) -> None:
-    _backup_agent_version(project, report, path)
+    # The restore matters more than the backup: a failure to keep the agent's version (disk
+    # full, an unwritable logs folder) is reported, never allowed to stop the repair.
+    # A second repair of the same file (history, then an index row) keeps only the first
+    # backup: that one is the agent's version, the later one would be our own.
+    first = project.rel(path) not in report.restored_files
+    try:
+        if first:
+            _backup_agent_version(project, report, path)
+    except OSError as exc:
+        log.warning("checks.backup_failed", path=str(path), error=str(exc))
+        report.add(
+            "backup_failed",
+            "warning",
+            f"the agent's version of {project.rel(path)} could not be kept ({exc})",
+            f"check that {project.rel(project.logs_dir)}/backups/ is writable",
+            project.rel(path),
+        )
     if isinstance(data, str):
         fsutil.atomic_write_text(path, data)
     else:
         fsutil.atomic_write_bytes(path, data)
     report.restored = True
-    report.restored_files.append(project.rel(path))
+    if first:
+        report.restored_files.append(project.rel(path))
     # info, not warning: the finding itself is what the user sees (once) on the console.
     log.info("checks.restored", path=str(path), story=report.story_id)
 
@@ -355,27 +382,14 @@ def _check_references(
     snap: Snapshot, project: Project, report: CheckReport, progress: Progress | None
 ) -> None:
     store = project.references
-    after = _reference_bytes(project)
-    for index_path, data in snap.references.items():
-        if index_path not in after:
-            report.add(
-                "reference_deleted",
-                "warning",
-                f"reference {index_path} was deleted; it was restored",
-                "update references instead of deleting them (`ralph compact` retires stale ones)",
-                index_path,
-            )
-            try:
-                target = store.resolve(index_path)
-            except PathEscapeError as exc:  # the folder itself was swapped for a symlink out
-                report.add("reference_unrestorable", "error", str(exc), "", index_path)
-                continue
-            _restore(project, report, target, data)
+    _repair_references(snap, project, report, _reference_bytes(project))
+    after = _reference_bytes(project)  # again: repairs put the old versions back
     changed = sorted(p for p, d in after.items() if snap.references.get(p) != d)
     report.updated_references = changed
     if progress is None:
         return
     old_rows = {(r.topic, r.path) for r in Progress.parse(snap.progress_text or "").index_rows}
+    progress = _restore_rows(project, report, progress, old_rows)
     indexed = _check_rows(progress, store, old_rows, report)
     for index_path in changed:
         if store.resolve(index_path) not in indexed:
@@ -386,6 +400,81 @@ def _check_references(
                 f"add '| <Topic> | {index_path} |' to the index table in progress.txt",
                 index_path,
             )
+
+
+def _repair_references(
+    snap: Snapshot, project: Project, report: CheckReport, after: dict[str, bytes]
+) -> None:
+    """Put back references the agent deleted or wiped (refloss.assess: not condensed)."""
+    for index_path, data in snap.references.items():
+        now = after.get(index_path)
+        if now is None:
+            report.add(
+                "reference_deleted",
+                "warning",
+                f"reference {index_path} was deleted; it was restored",
+                "update references instead of deleting them (`ralph compact` retires stale ones)",
+                index_path,
+            )
+        else:
+            loss = refloss.assess(_text(data), _text(now))
+            if loss is None:
+                continue
+            report.add(
+                "reference_wiped",
+                "error",
+                f"reference {index_path} lost most of its content ({loss.describe()}); "
+                "the previous version was restored and the agent's kept in the backups",
+                "add to references or condense them keeping every fact; never empty them",
+                index_path,
+            )
+        try:
+            target = project.references.resolve(index_path)
+        except PathEscapeError as exc:  # the folder itself was swapped for a symlink out
+            report.add("reference_unrestorable", "error", str(exc), "", index_path)
+            continue
+        _restore(project, report, target, data)
+
+
+def _restore_rows(
+    project: Project, report: CheckReport, progress: Progress, old_rows: set[tuple[str, str]]
+) -> Progress:
+    """Put back index rows the agent removed while their reference still exists: a row is
+    how the next prompt finds the reference, so losing it loses the memory."""
+    store = project.references
+    kept = {_resolved(store, r.path) for r in progress.index_rows} - {None}
+    repaired = progress
+    lost = []
+    for topic, path in sorted(old_rows):
+        target = _resolved(store, path)
+        if target is None or target in kept or not target.is_file():
+            continue
+        repaired = repaired.with_index_row(topic, path)
+        kept.add(target)
+        lost.append(f"'{topic}' ({path})")
+    if not lost:
+        return progress
+    report.add(
+        "index_row_lost",
+        "error",
+        f"the Progress Index lost {len(lost)} row(s) for existing references: "
+        f"{', '.join(lost)}; they were restored",
+        "keep one index row per reference; edit a row's topic or path in place",
+        project.rel(project.progress_path),
+    )
+    _restore(project, report, project.progress_path, repaired.render())
+    return repaired
+
+
+def _resolved(store: ReferenceStore, path: str) -> Path | None:
+    try:
+        return store.resolve(path)
+    except PathEscapeError:
+        return None
+
+
+def _text(data: bytes) -> str:
+    return data.decode("utf-8", errors="surrogateescape")
 
 
 def _check_rows(

@@ -83,6 +83,10 @@ def summary_line(rec: dict[str, Any]) -> str:
         parts.append(
             f"checks: {checks.get('errors', 0)} error(s), {checks.get('warnings', 0)} warning(s)"
         )
+    if checks.get("restored_files"):
+        # Lost memory put back must be seen on the one line a user reads per story.
+        kept = " (agent's version in backups)" if checks.get("backups") else ""
+        parts.append(f"restored {', '.join(checks['restored_files'])}{kept}")
     return " · ".join(parts)
 
 
@@ -120,9 +124,13 @@ class Status:
 
 
 class Display:
-    def __init__(self, console: Console | None = None, *, quiet: bool = False) -> None:
+    def __init__(
+        self, console: Console | None = None, *, quiet: bool = False, compat: bool = False
+    ) -> None:
         self.console = console or Console(highlight=False)
         self.quiet = quiet
+        # ralph.sh's lines, unstyled, so scripts that grep its output keep matching.
+        self.compat = compat
         self.root: str | None = None  # the project root: agent lines show paths relative to it
         self.status = Status()
         if self.console.is_terminal:
@@ -135,6 +143,7 @@ class Display:
         return self.console.is_terminal and not self.quiet
 
     def line(self, text: str, style: str | None = None) -> None:
+        style = None if self.compat else style
         self.console.print(text, style=style, markup=False, highlight=False, soft_wrap=True)
 
     def warn(self, text: str) -> None:
@@ -143,7 +152,8 @@ class Display:
     def banner(self, i: int, n: int, tool: str, story: str) -> None:
         self.line("")
         self.line("=" * 63)
-        self.line(f"  Ralph Iteration {i} of {n} ({tool}) · {story}", style="bold")
+        story_note = "" if self.compat else f" · {story}"
+        self.line(f"  Ralph Iteration {i} of {n} ({tool}){story_note}", style="bold")
         self.line("=" * 63)
 
     def agent(self, text: str) -> None:

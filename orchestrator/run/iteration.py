@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from orchestrator import fsutil, git
+from orchestrator import fsutil, git, redact
 from orchestrator.agents import limits, runner
 from orchestrator.errors import InputError
 from orchestrator.run import checks
@@ -168,7 +168,9 @@ class Iteration:
         memory = Memory.load(self.project)
         self.assembled = build_prompt(loop, story, memory)
         self.prompt_file = loop.run_dir / f"iteration-{n}.prompt.md"
-        fsutil.atomic_write_text(self.prompt_file, self.assembled.text)
+        # The copy kept in the logs is redacted; the agent gets the exact prompt only while
+        # it runs (spawn), so a key an agent wrote into a reference stays out of our logs.
+        redact.write_text(self.prompt_file, self.assembled.text)
         self.snapshot = checks.snapshot(self.project)
         # Progress is judged against the state before the first attempt, so a retry that
         # follows a partial attempt still sees that attempt's changes.
@@ -196,17 +198,30 @@ class Iteration:
         st.passed, st.total = self.passed_before, self.total
         st.note = "" if self.attempts == 1 else f"attempt {self.attempts}"
         timeouts = self.project.config.timeouts
-        with display.live():
-            outcome, result = runner.run_agent(
-                self.loop.agent,
-                self.prompt_file,
-                cwd=Path(self.project.root),
-                transcript_path=transcript,
-                on_line=display.agent,
-                wall_timeout=timeouts.iteration,
-                idle_timeout=timeouts.idle,
-            )
+        fsutil.atomic_write_text(self.prompt_file, self.assembled.text)
+        try:
+            with display.live():
+                outcome, result = runner.run_agent(
+                    self.loop.agent,
+                    self.prompt_file,
+                    cwd=Path(self.project.root),
+                    transcript_path=transcript,
+                    on_line=display.agent,
+                    wall_timeout=timeouts.iteration,
+                    idle_timeout=timeouts.idle,
+                )
+        finally:
+            self._redact_prompt_copy()
         return self._assess(outcome, result, self.start, transcript)
+
+    def _redact_prompt_copy(self) -> None:
+        """Put the redacted copy back; if that cannot be written (disk full), remove the
+        exact one rather than leave secrets in the logs. Never masks the agent's outcome."""
+        try:
+            redact.write_text(self.prompt_file, self.assembled.text)
+        except OSError as exc:
+            self.prompt_file.unlink(missing_ok=True)
+            log.warning("prompt_copy_removed", error=str(exc))
 
     def _assess(
         self, outcome: runner.RunOutcome, result: Any, before: WorkState, transcript: Path

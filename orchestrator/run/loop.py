@@ -33,9 +33,11 @@ from orchestrator.errors import (
     EXIT_STUCK,
     BudgetExhausted,
     FatalError,
+    InputError,
     Interrupted,
     Stuck,
 )
+from orchestrator.project import ensure_logs_dir
 from orchestrator.run import archive
 from orchestrator.run.budget import Budget
 from orchestrator.run.display import Display, summary_line
@@ -105,7 +107,10 @@ class Loop:
         self.mode = options.mode or self.cfg.mode
         # Fails here (exit 2) for an unknown tool or a missing binary, before any file changes.
         self.agent = get_agent(self.tool, self.cfg.agent(self.tool))
-        self.display = options.display or Display(quiet=options.quiet)
+        self.compat = bool(getattr(self.cfg, "compat", False))
+        self.display = options.display or Display(quiet=options.quiet, compat=self.compat)
+        if Path(project.ledger_path).parent == Path(project.logs_dir):
+            ensure_logs_dir(project)  # git-ignored before the first file lands in it
         self.display.root = str(project.root)
         self.ledger = ledger.Ledger(project.ledger_path)
         self.run_dir = Path(project.logs_dir) / self.ledger.run_id
@@ -179,9 +184,10 @@ class Loop:
     def _loop(self) -> tuple[str, int, str]:
         from orchestrator.memory.prd import Prd
 
+        memory = "" if self.compat else f" - Memory: {self.mode}"
         self.display.line(
             f"Starting Ralph - Tool: {self.agent.name} - Max iterations: "
-            f"{self.max_iterations} - Memory: {self.mode}"
+            f"{self.max_iterations}{memory}"
         )
         while True:
             prd = Prd.load(Path(self.project.prd_path))
@@ -202,6 +208,8 @@ class Loop:
                 self.options.sleep(self.cfg.sleep_between)
             self.iteration += 1
             rec = self._one_iteration(prd, story)
+            if self.compat and not self._all_passed():
+                self.display.line(f"Iteration {self.iteration} complete. Continuing...")
             if rec.get("completion") == "complete":
                 continue  # prd.json agrees: the next pass returns success
             self._check_stuck(rec)
@@ -232,6 +240,24 @@ class Loop:
                 f"({self._calls_text()}). Check {self.project.progress_path} for status."
             ),
         )
+
+    def _all_passed(self) -> bool:
+        from orchestrator.memory.prd import Prd
+
+        try:
+            return Prd.load(Path(self.project.prd_path)).all_passed()
+        except InputError:
+            return False
+
+    def _compat_lines(self, status: str) -> list[str]:
+        """ralph.sh's closing lines for a finished run (`compat`)."""
+        n = self.max_iterations
+        if status == "complete":
+            return ["Ralph completed all tasks!", f"Completed at iteration {self.iteration} of {n}"]
+        return [
+            f"Ralph reached max iterations ({n}) without completing all tasks.",
+            f"Check {self.project.progress_path} for status.",
+        ]
 
     def _one_iteration(self, prd: Any, story: Any) -> dict[str, Any]:
         it = Iteration(self, self.iteration, story, prd)
@@ -459,11 +485,14 @@ class Loop:
                 f"retries.transient: {self.cfg.retries.transient})",
                 style="dim",
             )
+        where = f"ledger: {self.project.ledger_path} · transcripts: {self.run_dir}"
+        if self.compat:  # ralph.sh's closing lines come last, where scripts look for them
+            self.display.line(where)
         if message and exit_code in (EXIT_OK, EXIT_ITERATIONS_EXHAUSTED):
             self.display.line("")
-            self.display.line(message, style="bold green" if exit_code == 0 else "bold yellow")
-        self.display.line(
-            f"ledger: {self.project.ledger_path} · transcripts: {self.run_dir}", style="dim"
-        )
+            for text in self._compat_lines(status) if self.compat else [message]:
+                self.display.line(text, style="bold green" if exit_code == 0 else "bold yellow")
+        if not self.compat:
+            self.display.line(where, style="dim")
         self.notify.finished(status, exit_code, message, tot)
         runlog.close()

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -31,9 +31,9 @@ from typing import Any
 
 import structlog
 
+from orchestrator import fsutil
 from orchestrator import tokens as tok
 from orchestrator.errors import EXIT_BUDGET, ConfigError, FatalError, InputError
-from orchestrator.run import select as sel
 
 log = structlog.get_logger()
 
@@ -89,22 +89,45 @@ class Inputs:
     ref_cap: int | None = None
     encoding: str = tok.DEFAULT_ENCODING
     paths: dict[str, str] = field(default_factory=dict)  # progress_path, prd_path, ...
-    cutoff: float = sel.DEFAULT_CUTOFF
-    blend: float = sel.DEFAULT_BLEND
+    cutoff: float | None = None  # None: select.DEFAULT_CUTOFF
+    blend: float | None = None  # None: select.DEFAULT_BLEND
     stories: dict[str, str] = field(default_factory=dict)  # prd.json id -> text, for ranking
+
+
+# (prompt tokens, tokens per part, what Ralph would have loaded)
+Counts = tuple[int, dict[str, int], int]
 
 
 @dataclass
 class Assembled:
+    """A prompt and its token accounting. The accounting is computed on first use, not when
+    the prompt is built: the loop reads it only after the agent ran, and counting needs a
+    tiktoken encoder that takes about a second to build, which used to delay every agent's
+    start by that much."""
+
     text: str
     mode: str  # "indexed" | "full"
-    tokens: int
-    parts: dict[str, int]
-    full_history_tokens: int
+    counter: Callable[[], Counts] = field(repr=False)
     selected: list[str]
     considered: list[dict]
     source: str = ""  # the template or user file the text came from
     story_id: str = ""
+
+    @functools.cached_property
+    def _counts(self) -> Counts:
+        return self.counter()
+
+    @property
+    def tokens(self) -> int:
+        return self._counts[0]
+
+    @property
+    def parts(self) -> dict[str, int]:
+        return self._counts[1]
+
+    @property
+    def full_history_tokens(self) -> int:
+        return self._counts[2]
 
     def to_json(self) -> dict[str, Any]:
         saved = self.full_history_tokens - self.tokens
@@ -208,24 +231,22 @@ def build_full(inp: Inputs) -> Assembled:
     enc = inp.encoding
     if inp.user_prompt is not None:
         text = inp.user_prompt.text
-        n = tok.count(text, enc)
-        log_n = tok.count(inp.progress_text, enc)
-        return Assembled(
-            text,
-            "full",
-            n,
-            {"template": n, "progress (read by the agent)": log_n},
-            n + log_n,
-            [],
-            [],
-            inp.user_prompt.name,
-            str(inp.story.id),
-        )
+        progress_text = inp.progress_text
+
+        def counts_user() -> Counts:
+            n = tok.count(text, enc)
+            log_n = tok.count(progress_text, enc)
+            return n, {"template": n, "progress (read by the agent)": log_n}, n + log_n
+
+        return Assembled(text, "full", counts_user, [], [], inp.user_prompt.name, str(inp.story.id))
     vals = _values(inp, progress=inp.progress_text.rstrip("\n"))
     text = render_template(inp.full_template, vals)
-    n = tok.count(text, enc)
-    parts = _parts(vals, n, ("story", "notes", "progress"), enc)
-    return Assembled(text, "full", n, parts, n, [], [], inp.full_template.name, str(inp.story.id))
+
+    def counts() -> Counts:
+        n = tok.count(text, enc)
+        return n, _parts(vals, n, ("story", "notes", "progress"), enc), n
+
+    return Assembled(text, "full", counts, [], [], inp.full_template.name, str(inp.story.id))
 
 
 def counterfactual_tokens(inp: Inputs) -> int:
@@ -251,6 +272,10 @@ def _index_block(inp: Inputs) -> str:
 
 
 def build_indexed(inp: Inputs, *, with_counterfactual: bool = True) -> Assembled:
+    # Imported here: ranking needs numpy (~0.4 s to import), which full mode, the ralph.sh
+    # path, never uses.
+    from orchestrator.run import select as sel
+
     enc = inp.encoding
     index = _index_block(inp)
     base_vals = _values(inp, index=index)
@@ -278,8 +303,8 @@ def build_indexed(inp: Inputs, *, with_counterfactual: bool = True) -> Assembled
             budget=room,
             story_hints=getattr(inp.story, "references", None) or (),
             always=inp.always,
-            cutoff=inp.cutoff,
-            blend=inp.blend,
+            cutoff=sel.DEFAULT_CUTOFF if inp.cutoff is None else inp.cutoff,
+            blend=sel.DEFAULT_BLEND if inp.blend is None else inp.blend,
             ref_cap=inp.ref_cap,
             stories=_other_stories(inp),
             history=inp.progress_text,
@@ -308,13 +333,15 @@ def build_indexed(inp: Inputs, *, with_counterfactual: bool = True) -> Assembled
         for r in missing
     ]
     parts = _parts(vals, n, ("story", "index", "references", "notes"), enc)
-    full_n = counterfactual_tokens(inp) if with_counterfactual else 0
+
+    def counts() -> Counts:
+        # The counterfactual (Ralph's full prompt) is only for the ledger: counted on use.
+        return n, parts, counterfactual_tokens(inp) if with_counterfactual else 0
+
     return Assembled(
         text,
         "indexed",
-        n,
-        parts,
-        full_n,
+        counts,
         [sources[r].path for r in selection.refs],
         considered,
         inp.indexed_template.name,
@@ -351,7 +378,8 @@ def resolve_mode(mode: str, index_rows: int, *, fresh_index: bool = False) -> st
 def build(inp: Inputs, mode: str, index_rows: int, *, fresh_index: bool = False) -> Assembled:
     resolved = resolve_mode(mode, index_rows, fresh_index=fresh_index)
     out = build_indexed(inp) if resolved == "indexed" else build_full(inp)
-    if resolved == "full" and inp.budget is not None and out.tokens > inp.budget:
+    over = inp.budget is not None and not tok.within(out.text, inp.budget, inp.encoding)
+    if resolved == "full" and over:
         # Full mode is Ralph's behaviour and is never refused; the user is told once.
         log.warning(
             "prompt.over_budget",
@@ -360,7 +388,7 @@ def build(inp: Inputs, mode: str, index_rows: int, *, fresh_index: bool = False)
             budget=inp.budget,
             fix="run `ralph migrate` to index progress.txt",
         )
-    log.debug("prompt.assembled", mode=resolved, tokens=out.tokens, story=out.story_id)
+    log.debug("prompt.assembled", mode=resolved, chars=len(out.text), story=out.story_id)
     return out
 
 
@@ -374,7 +402,7 @@ def builtin_template(name: str) -> Template:
 
 def _read_template(path: Path, what: str) -> Template:
     try:
-        return Template(str(path), path.read_bytes().decode("utf-8"))
+        return Template(str(path), fsutil.read_bytes(path).decode("utf-8"))
     except FileNotFoundError as exc:
         raise ConfigError(f"{what}: {path} does not exist; fix the path or remove it") from exc
     except UnicodeDecodeError as exc:
@@ -386,7 +414,7 @@ def indexed_template(project: Any) -> Template:
     if configured:
         return _read_template(Path(project.root) / configured, "ralph.yaml template")
     local = Path(project.ralph_dir) / USER_TEMPLATE
-    if local.is_file():
+    if fsutil.present(local):
         return _read_template(local, USER_TEMPLATE)
     return builtin_template("prompt.md")
 
@@ -394,10 +422,10 @@ def indexed_template(project: Any) -> Template:
 def user_prompt_file(ralph_dir: Path, tool: str | None) -> Template | None:
     """Ralph's prompt for this tool, exactly as ralph.sh would pipe it to the agent."""
     path = Path(ralph_dir) / ("CLAUDE.md" if tool == "claude" else "prompt.md")
-    if not path.is_file():
+    if not fsutil.present(path):
         return None
     # Bytes unchanged: decoded losslessly so the runner can write back the same bytes.
-    return Template(str(path), path.read_bytes().decode("utf-8", errors="surrogateescape"))
+    return Template(str(path), fsutil.read_bytes(path).decode("utf-8", errors="surrogateescape"))
 
 
 def _rel(path: Path, root: Path) -> str:

@@ -21,7 +21,7 @@ def collect(project: Any) -> dict[str, Any]:
     nxt = prd.next_story()
     enc = project.config.encoding
     progress_path = Path(project.progress_path)
-    text = fsutil.read_text(progress_path) if progress_path.exists() else ""
+    text = fsutil.read_text(progress_path) if fsutil.present(progress_path) else ""
     prog = Progress.parse(text)
     refs = references(project, prog, enc)
     return {
@@ -57,7 +57,7 @@ def references(project: Any, prog: Any, encoding: str) -> list[dict[str, Any]]:
         try:
             p = store.resolve(row.path)
             seen.add(p.resolve().as_posix())
-            if p.is_file():
+            if fsutil.present(p):
                 item.update(exists=True, tokens=tokens.count(fsutil.read_text(p), encoding))
             else:
                 item["note"] = "missing file"
@@ -90,6 +90,7 @@ def last_run(ledger_path: Path) -> dict[str, Any] | None:
         run_id=run_id,
         status=end[-1].get("status") if end else None,
         exit_code=end[-1].get("exit_code") if end else None,
+        skipped_lines=len(records.skipped),
     )
     return d
 

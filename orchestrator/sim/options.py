@@ -43,6 +43,9 @@ FAULTS = {
     "forget-index-row": "indexed mode: write the reference but not its index row",
     "truncate-progress": "rewrite progress.txt keeping only the header and the new entry",
     "delete-reference": "delete an existing reference file",
+    "wipe-reference": "replace the first indexed reference with its title and '(nothing)'",
+    "condense-reference": "rewrite the first indexed reference shorter, keeping its facts",
+    "drop-index-row": "remove the first index row, leaving its reference file",
     "early-sentinel": "say <promise>COMPLETE</promise> while stories remain",
     "echo-prompt": "echo the prompt in plain output before working",
 }

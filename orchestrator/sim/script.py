@@ -32,7 +32,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from orchestrator.errors import InputError, PathEscapeError
-from orchestrator.fsutil import read_text, relative_inside
+from orchestrator.fsutil import read_text, relative_inside, safe_name
 
 SCRIPT_NAME = "sim.yaml"
 
@@ -143,7 +143,7 @@ def topic_for_title(title: str) -> str:
 
 def generated_plan(story: Any) -> StoryPlan:
     """A plan for a story the script does not cover: a notes file named after the story."""
-    slug = re.sub(r"[^a-z0-9]+", "-", story.id.lower()).strip("-") or "story"
+    slug = safe_name(story.id.lower())
     criteria = "\n".join(f"- [x] {c}" for c in story.acceptance_criteria) or "- [x] Done"
     content = (
         f"# {story.id}: {story.title}\n\n{story.description}\n\n"

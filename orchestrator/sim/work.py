@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as _dt
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -279,6 +280,22 @@ class Work:
                     self.touched.append(self.ws.rel(path))
                     self.stream.bash(f"rm {self.ws.rel(path)}", "Remove reference file")
                     break
+        self.damage_references()
+
+    def damage_references(self) -> None:
+        progress = self.load_progress()
+        rows = progress.index_rows
+        if not rows:
+            return
+        first = self.reference_path(rows[0].topic, progress)
+        if first is not None and first.is_file():
+            old = fsutil.read_text(first)
+            if "wipe-reference" in self.faults:
+                self.edit(first, f"# {rows[0].topic}\n\n(nothing)\n")
+            elif "condense-reference" in self.faults:
+                self.edit(first, condensed(old))
+        if "drop-index-row" in self.faults:
+            self.edit(self.ws.progress_path, progress.without_index_row(rows[0].topic).render())
 
     # ---- commit and final message -------------------------------------------------------
     def commit(self) -> None:
@@ -316,3 +333,34 @@ class Work:
         self.stream.say(text)
         self.stream.result(text)
         return 0
+
+
+_FILLER = re.compile(
+    r"\b(?:basically|actually|really|very|just|note that|please|in order)\s+|\b(?:the|that)\s+",
+    re.IGNORECASE,
+)
+
+
+def condensed(text: str) -> str:
+    """What a careful agent's condensing looks like: headings kept, filler words dropped and
+    bullets joined two by two, so the text shrinks while every name and fact stays."""
+    out: list[str] = []
+    pending: str | None = None
+    for line in text.splitlines():
+        body = line.strip()
+        if body.startswith("- "):
+            short = _FILLER.sub("", body[2:]).rstrip(". ")
+            if pending is None:
+                pending = short
+            else:
+                out.append(f"- {pending}; {short}")
+                pending = None
+            continue
+        if pending is not None:
+            out.append(f"- {pending}")
+            pending = None
+        if body:
+            out.append(body)
+    if pending is not None:
+        out.append(f"- {pending}")
+    return "\n".join(out) + "\n"

@@ -145,7 +145,7 @@ class MemoryFiles:
     @classmethod
     def load(cls, project: Any) -> MemoryFiles:
         path = Path(project.progress_path)
-        text = fsutil.read_text(path) if path.exists() else ""
+        text = fsutil.read_text(path) if fsutil.present(path) else ""
         rows, problems = parse_tables(text)
         return cls(project, text, rows, problems, project.references.rel_dir)
 
@@ -158,7 +158,7 @@ class MemoryFiles:
             p = self.abs(index_path)
         except PathEscapeError:
             return None
-        return fsutil.read_text(p) if p.is_file() else None
+        return fsutil.read_text(p) if fsutil.present(p) else None
 
 
 def parse_tables(text: str) -> tuple[list[Row], list[tuple[int, str]]]:

@@ -21,7 +21,9 @@ import structlog
 
 from orchestrator import fsutil, tokens
 from orchestrator.errors import InputError
+from orchestrator.memory import refloss
 from orchestrator.memory.journal import Transaction
+from orchestrator.project import ensure_logs_dir
 from orchestrator.upkeep import audit
 
 log = structlog.get_logger()
@@ -194,7 +196,8 @@ def apply(project: Any, p: CompactPlan) -> None:
 
 
 def _archived_path(mem: audit.MemoryFiles, path: str, sub: str) -> str:
-    name = path.rsplit("/", 1)[-1]
+    # The row's path is user text: its last part becomes a name in the archive folder.
+    name = fsutil.safe_name(path.rsplit("/", 1)[-1])
     parts = [mem.rel_dir, "archive", *([sub] if sub else []), name]
     return "/".join(parts)
 
@@ -267,6 +270,9 @@ def condense_check(before: str, after: str, topic: str) -> list[str]:
     title = next((ln for ln in after.splitlines() if ln.strip()), "")
     if audit.norm_topic(title.lstrip("# ")) != audit.norm_topic(topic):
         problems.append(f"its first line is not the topic title '# {topic}'")
+    loss = refloss.assess(before, after)
+    if loss is not None:  # the same rule the run's checks apply to a wiped reference
+        problems.append(f"it dropped most of the facts ({loss.describe()})")
     return problems
 
 
@@ -307,8 +313,9 @@ def condense_with_agent(project: Any, row: audit.Row, agent_name: str, *, apply:
     digest = hashlib.sha256(before.encode("utf-8", "surrogateescape")).hexdigest()[:8]
     original = mem.abs(_archived_path(mem, row.path, "originals")).with_suffix(f".{digest}.md")
     fsutil.atomic_write_text(original, before)
-    logs = Path(project.logs_dir)
-    prompt = logs / f"condense-{target.stem}.prompt.md"
+    logs = ensure_logs_dir(project)
+    stem = fsutil.safe_name(target.stem)
+    prompt = logs / f"condense-{stem}.prompt.md"
     fsutil.atomic_write_text(
         prompt,
         CONDENSE_PROMPT.format(
@@ -320,7 +327,7 @@ def condense_with_agent(project: Any, row: audit.Row, agent_name: str, *, apply:
         agent,
         prompt,
         cwd=project.root,
-        transcript_path=logs / f"condense-{target.stem}.log",
+        transcript_path=logs / f"condense-{stem}.log",
         wall_timeout=timeouts.iteration,
         idle_timeout=timeouts.idle,
     )
