@@ -15,7 +15,7 @@ import pytest
 from run_helpers import make_project, ralph
 
 from orchestrator.config import NotifyConfig
-from orchestrator.notify import Notifier
+from orchestrator.run.notify import Notifier
 
 
 class _Hook(BaseHTTPRequestHandler):

@@ -17,7 +17,7 @@ import pexpect
 import pytest
 from run_helpers import RALPH, env, make_project
 
-from orchestrator import serve
+from orchestrator.reports import serve
 from orchestrator.sim import examples
 
 CHROMIUM = os.environ.get("RALPH_CHROMIUM", "/usr/bin/chromium")

@@ -14,8 +14,9 @@ from pathlib import Path
 import pexpect
 from run_helpers import RALPH, env, make_project, ralph
 
-from orchestrator import ledger, watch
+from orchestrator import ledger
 from orchestrator.project import locate
+from orchestrator.run import watch
 
 
 def _start_slow_run(tmp_path: Path, stories: int = 2) -> tuple[Path, subprocess.Popen]:

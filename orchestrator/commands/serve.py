@@ -1,4 +1,4 @@
-"""`ralph serve`: the local, read-only dashboard (orchestrator/serve.py)."""
+"""`ralph serve`: the local, read-only dashboard (orchestrator/reports/serve.py)."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
     from orchestrator import project
 
     try:
-        from orchestrator import serve
+        from orchestrator.reports import serve
     except ImportError as exc:
         raise UsageError(
             f"ralph serve needs the dashboard extras ({exc.name} is not installed): "

@@ -10,9 +10,9 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from orchestrator import project, watch
+from orchestrator import project
 from orchestrator.commands.common import add_common
-from orchestrator.run import status
+from orchestrator.run import status, watch
 from orchestrator.run.display import duration, money, saving
 from orchestrator.tokens import fmt
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import structlog
 
-from orchestrator import ledger, notify
+from orchestrator import ledger
 from orchestrator import log as runlog
 from orchestrator.agents import runner
 from orchestrator.errors import (
@@ -38,7 +38,7 @@ from orchestrator.errors import (
     Stuck,
 )
 from orchestrator.project import ensure_logs_dir
-from orchestrator.run import archive
+from orchestrator.run import archive, notify
 from orchestrator.run.budget import Budget
 from orchestrator.run.display import Display, summary_line
 from orchestrator.run.iteration import SENTINEL, Attempt, Iteration

@@ -97,7 +97,7 @@ def last_run(ledger_path: Path) -> dict[str, Any] | None:
 
 def live_run(project: Any) -> dict[str, Any] | None:
     """The run going on now (pid, story, iteration, since), or None when none is live."""
-    from orchestrator import watch
+    from orchestrator.run import watch
 
     records = ledger.read(Path(project.ledger_path))
     run_id = watch.live_run_id(project, records)

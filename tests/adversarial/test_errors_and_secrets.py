@@ -305,14 +305,8 @@ def test_a_bug_is_one_line_and_its_traceback_goes_to_the_log(tmp_path: Path) -> 
     code = (
         "import sys, orchestrator.commands.status as s\n"
         "def boom(args): raise ZeroDivisionError('password=hunter2hunter2')\n"
-        "s.run = boom\n"
+        "s.run = boom  # register() hands the module's `run` to argparse when cli calls it\n"
         "from orchestrator import cli\n"
-        "orig = cli.build_parser\n"
-        "def patched():\n"
-        "    p = orig()\n"
-        "    p._subparsers._group_actions[0].choices['status'].set_defaults(func=boom)\n"
-        "    return p\n"
-        "cli.build_parser = patched\n"
         "sys.exit(cli.main(['status']))\n"
     )
     root = _project(tmp_path)

@@ -31,8 +31,8 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, HTMLResponse, Response
 from starlette.routing import Route
 
-from orchestrator import ledger, watch
-from orchestrator.run import status
+from orchestrator import ledger
+from orchestrator.run import status, watch
 from orchestrator.run.display import duration, money
 from orchestrator.tokens import fmt
 
