@@ -145,6 +145,8 @@ def test_report_command_reproduces_the_ab_report(tmp_path: Path) -> None:
     assert report.load_arm(out / "full" / "ledger.jsonl").mode == "full"
 
 
+@pytest.mark.e2e
+@pytest.mark.timeout(1200)  # the whole 30-story example, twice for the demo
 def test_demo_runs_the_whole_example_full_grows_indexed_stays_flat(tmp_path: Path) -> None:
     """The README's main command, as a user runs it: every story in both arms."""
     dest = tmp_path / "demo"

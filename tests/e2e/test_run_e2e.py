@@ -329,6 +329,8 @@ def test_echoed_sentinel_in_output_does_not_complete(tmp_path: Path) -> None:
     assert all(r["completion"] is None for r in iterations(root))
 
 
+@pytest.mark.e2e
+@pytest.mark.timeout(1200)  # the whole 30-story example, twice for the demo
 def test_recipe_box_example_if_present(tmp_path: Path) -> None:
     src = REPO / "examples" / "recipe-box"
     if not (src / "scripts/ralph/prd.json").is_file():
