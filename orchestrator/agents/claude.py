@@ -117,7 +117,8 @@ def create(settings: Any = None) -> ClaudeAgent:
 
 # ---- shared with Amp (same stream-json shape) -----------------------------------------------
 def _last(events: list[dict[str, Any]], kind: str) -> dict[str, Any] | None:
-    for event in reversed(events):
+    # A slice, not reversed(): mypy resolves reversed() of a list of dict[str, Any] to Any.
+    for event in events[::-1]:
         if event.get("type") == kind:
             return event
     return None

@@ -114,7 +114,8 @@ def _status(err: Any) -> int | None:
 
 def _error_text(err: Any) -> str:
     if isinstance(err, dict):
-        data = err.get("data") if isinstance(err.get("data"), dict) else {}
+        raw = err.get("data")
+        data = raw if isinstance(raw, dict) else {}
         return str(data.get("message") or err.get("message") or err.get("name") or err)
     return str(err or "error")
 
