@@ -14,6 +14,7 @@ from typing import Any
 from orchestrator.agents.base import (
     Agent,
     AgentResult,
+    SettingsInput,
     Usage,
     is_root,
     json_events,
@@ -111,7 +112,7 @@ class ClaudeAgent(Agent):
         )
 
 
-def create(settings: Any = None) -> ClaudeAgent:
+def create(settings: SettingsInput = None) -> ClaudeAgent:
     return ClaudeAgent(settings)
 
 

@@ -15,6 +15,7 @@ from orchestrator.agents.base import (
     MAX_ARG_BYTES,
     Agent,
     AgentResult,
+    SettingsInput,
     Usage,
     json_events,
     parse_json_line,
@@ -120,5 +121,5 @@ def _error_text(err: Any) -> str:
     return str(err or "error")
 
 
-def create(settings: Any = None) -> OpencodeAgent:
+def create(settings: SettingsInput = None) -> OpencodeAgent:
     return OpencodeAgent(settings)
