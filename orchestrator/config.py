@@ -15,7 +15,7 @@ import math
 import os
 import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -299,7 +299,9 @@ class _StrictLoader(yaml.SafeLoader):
     """SafeLoader that refuses duplicate keys (PyYAML silently keeps the last one)."""
 
 
-def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False):
+def _construct_mapping(
+    loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False
+) -> dict[Hashable, Any]:
     seen: dict[Any, Any] = {}
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=deep)

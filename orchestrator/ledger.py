@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import structlog
+from structlog.typing import EventDict, WrappedLogger
 
 from orchestrator import fsutil
 from orchestrator.errors import FatalError, InputError
@@ -47,7 +48,7 @@ def new_run_id(now: float | None = None) -> str:
     return f"{stamp}-{secrets.token_hex(2)}"
 
 
-def _order_keys(_logger: Any, _name: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+def _order_keys(_logger: WrappedLogger, _name: str, event_dict: EventDict) -> EventDict:
     ordered = {k: event_dict.pop(k) for k in _FIRST_KEYS if k in event_dict}
     ordered.update(event_dict)
     return ordered
@@ -118,13 +119,22 @@ class Ledger:
                 structlog.processors.TimeStamper(fmt="iso", utc=True, key="ts"),
                 _order_keys,
                 structlog.processors.JSONRenderer(default=str, ensure_ascii=False),
-                # Error texts and argv end up here: the rendered line is redacted whole.
-                lambda _logger, _name, line: self._redact(line),
+                self._redact_line,
             ],
             # Explicit, so the app's logging setup (log.configure) never reroutes the ledger.
             wrapper_class=structlog.BoundLogger,
             context_class=dict,
         ).bind(run_id=self.run_id)
+
+    def _redact_line(
+        self, _logger: WrappedLogger, _name: str, line: str | EventDict
+    ) -> str | EventDict:
+        """Error texts and argv end up here: the rendered line is redacted whole.
+
+        Runs after the JSON renderer, so `line` is the rendered text; structlog's processor
+        type only names the event dict.
+        """
+        return self._redact(line) if isinstance(line, str) else line
 
     def event(self, event: str, **fields: Any) -> None:
         """Append one record (`event` names its kind): a whole line or nothing."""
@@ -210,7 +220,9 @@ def _tail_record(line: str) -> dict[str, Any] | None:
     return obj if isinstance(obj, dict) else None
 
 
-def iterations(records: Iterable[dict[str, Any]], run_id: str | None = None) -> list[dict]:
+def iterations(
+    records: Iterable[dict[str, Any]], run_id: str | None = None
+) -> list[dict[str, Any]]:
     """The `iteration` records, of one run if `run_id` is given."""
     return [
         r
@@ -316,7 +328,7 @@ def run_totals(records: list[dict[str, Any]], run_id: str | None = None) -> Tota
 def by_story(records: Iterable[dict[str, Any]]) -> dict[str, Totals]:
     """Totals per story id over all iterations given (for reports)."""
     out: dict[str, Totals] = {}
-    groups: dict[str, list[dict]] = {}
+    groups: dict[str, list[dict[str, Any]]] = {}
     for r in iterations(records):
         groups.setdefault(str(r.get("story_id")), []).append(r)
     for sid, rs in groups.items():

@@ -19,16 +19,23 @@ import sys
 import tempfile
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TextIO
 
 import structlog
+from structlog.typing import EventDict, Processor, WrappedLogger
+
+if TYPE_CHECKING:
+    # Generic in typeshed only: subscripting it at runtime fails before Python 3.11.
+    _StreamHandler = logging.StreamHandler[TextIO]
+else:
+    _StreamHandler = logging.StreamHandler
 
 _HANDLER_TAG = "_ralph_handler"
 # The JSON log file of this process's last run, kept after close() so a crash that surfaces
 # later in cli.main can still be recorded beside the run's other events.
 _last_file: Path | None = None
 
-_SHARED: list[Any] = [
+_SHARED: list[Processor] = [
     structlog.contextvars.merge_contextvars,
     structlog.stdlib.add_log_level,
     structlog.processors.TimeStamper(fmt="iso", utc=True, key="ts"),
@@ -36,23 +43,23 @@ _SHARED: list[Any] = [
 ]
 
 
-class _CurrentStderr(logging.StreamHandler):
+class _CurrentStderr(_StreamHandler):
     """Writes to whatever `sys.stderr` is *now*: the live status line swaps it for a proxy
     that keeps log lines from tearing the status line apart."""
 
     def __init__(self) -> None:
         super().__init__(sys.stderr)
 
-    @property  # type: ignore[override]
-    def stream(self):  # noqa: ANN201 - logging's own attribute
+    @property
+    def stream(self) -> TextIO:
         return sys.stderr
 
     @stream.setter
-    def stream(self, _value: Any) -> None:
+    def stream(self, _value: TextIO) -> None:
         pass
 
 
-def _console_line(_logger: Any, _name: str, event_dict: dict[str, Any]) -> str:
+def _console_line(_logger: WrappedLogger, _name: str, event_dict: EventDict) -> str:
     level = event_dict.pop("level", "info")
     event = event_dict.pop("event", "")
     for k in ("ts", "timestamp", "logger", "_record", "_from_structlog"):
@@ -62,11 +69,15 @@ def _console_line(_logger: Any, _name: str, event_dict: dict[str, Any]) -> str:
     return f"{prefix}{event}" + (f" ({extra})" if extra else "")
 
 
-def _redact_line(_logger: Any, _name: str, line: str) -> str:
-    """The JSON log file is ours, under the logs folder: no secret reaches it."""
+def _redact_line(_logger: WrappedLogger, _name: str, line: str | EventDict) -> str | EventDict:
+    """The JSON log file is ours, under the logs folder: no secret reaches it.
+
+    Runs after the JSON renderer, so `line` is the rendered text; structlog's processor type
+    only names the event dict.
+    """
     from orchestrator.redact import redact  # lazy: keeps `import log` light
 
-    return redact(line)
+    return redact(line) if isinstance(line, str) else line
 
 
 def configure(log_file: Path | None = None, *, verbose: bool = False) -> None:

@@ -8,9 +8,8 @@ Output follows Claude's stream-json shape, but usage sits on the assistant messa
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-from orchestrator.agents.base import Agent, AgentResult, json_events
+from orchestrator.agents.base import Agent, AgentResult, SettingsInput, json_events
 from orchestrator.agents.claude import (
     _last,
     _result_usage,
@@ -61,5 +60,5 @@ class AmpAgent(Agent):
         )
 
 
-def create(settings: Any = None) -> AmpAgent:
+def create(settings: SettingsInput = None) -> AmpAgent:
     return AmpAgent(settings)

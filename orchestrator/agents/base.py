@@ -20,13 +20,19 @@ import shlex
 import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Union
 
 from orchestrator.agents.limits import LimitSignal, detect
 from orchestrator.errors import AgentNotFound, ConfigError, InputError
 
+if TYPE_CHECKING:
+    from orchestrator.config import AgentConfig
+
 PromptVia = Literal["stdin", "file", "argument"]
-PROMPT_VIAS: tuple[str, ...] = ("stdin", "file", "argument")
+PROMPT_VIAS: tuple[PromptVia, ...] = ("stdin", "file", "argument")
+# What an agent is built from: ralph.yaml's `agents.<name>` entry as loaded, a plain mapping,
+# ready settings, or nothing (`AgentSettings.coerce` normalises and validates each).
+SettingsInput = Union["AgentSettings", "AgentConfig", dict[str, Any], None]
 MAX_ARG_BYTES = 120 * 1024  # below Linux's 128 KiB per argv string
 SHORT_FINAL = 300  # a final message this short may be nothing but a limit notice
 
@@ -107,10 +113,10 @@ class AgentSettings:
     model: str | None = None
     args: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
-    prompt: str | None = None  # stdin | file | argument; None = the adapter's default
+    prompt: PromptVia | None = None  # None = the adapter's default
 
     @classmethod
-    def coerce(cls, settings: Any, name: str = "agent") -> AgentSettings:
+    def coerce(cls, settings: SettingsInput, name: str = "agent") -> AgentSettings:
         """Accept None, a dict, a pydantic model or an AgentSettings."""
         if settings is None:
             return cls()
@@ -155,14 +161,15 @@ class Agent:
                      (its text is in argv; limited to ~128 KiB by Linux).
     """
 
-    name: ClassVar[str] = "agent"
+    # Per class; get_agent renames a generic `command` agent per instance (its ralph.yaml name).
+    name: str = "agent"
     binary: ClassVar[str] = "agent"  # default argv[0]; `agents.<name>.command` overrides
     default_prompt_via: ClassVar[PromptVia] = "stdin"
 
-    def __init__(self, settings: Any = None) -> None:
+    def __init__(self, settings: SettingsInput = None) -> None:
         self.settings = AgentSettings.coerce(settings, self.name)
         self.model: str | None = self.settings.model
-        self.prompt_via: PromptVia = self.settings.prompt or self.default_prompt_via  # type: ignore[assignment]
+        self.prompt_via: PromptVia = self.settings.prompt or self.default_prompt_via
 
     # ---- spawning -------------------------------------------------------------------------
     def command(self) -> list[str]:
@@ -340,7 +347,7 @@ def available() -> list[str]:
     return names
 
 
-def get_agent(name: str, settings: Any = None, *, check: bool = True) -> Agent:
+def get_agent(name: str, settings: SettingsInput = None, *, check: bool = True) -> Agent:
     """Build the adapter `name` from its ralph.yaml settings.
 
     A name that is not built in but has `agents.<name>.command` in ralph.yaml becomes a
@@ -362,7 +369,7 @@ def get_agent(name: str, settings: Any = None, *, check: bool = True) -> Agent:
         raise ConfigError(f"agent {name!r} is not available in this install: {exc}") from exc
     agent: Agent = module.create(settings)
     if module_name == "command" and name != "command":
-        agent.name = name  # type: ignore[misc]  # instance name for messages and the ledger
+        agent.name = name  # instance name for messages and the ledger
     if check:
         agent.check_available()
     return agent

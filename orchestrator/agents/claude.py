@@ -14,6 +14,7 @@ from typing import Any
 from orchestrator.agents.base import (
     Agent,
     AgentResult,
+    SettingsInput,
     Usage,
     is_root,
     json_events,
@@ -111,13 +112,14 @@ class ClaudeAgent(Agent):
         )
 
 
-def create(settings: Any = None) -> ClaudeAgent:
+def create(settings: SettingsInput = None) -> ClaudeAgent:
     return ClaudeAgent(settings)
 
 
 # ---- shared with Amp (same stream-json shape) -----------------------------------------------
 def _last(events: list[dict[str, Any]], kind: str) -> dict[str, Any] | None:
-    for event in reversed(events):
+    # A slice, not reversed(): mypy resolves reversed() of a list of dict[str, Any] to Any.
+    for event in events[::-1]:
         if event.get("type") == kind:
             return event
     return None

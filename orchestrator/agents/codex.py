@@ -15,6 +15,7 @@ from typing import Any
 from orchestrator.agents.base import (
     Agent,
     AgentResult,
+    SettingsInput,
     Usage,
     json_events,
     parse_json_line,
@@ -156,5 +157,5 @@ def _item_display(item: dict[str, Any], *, started: bool) -> str | None:
     return None
 
 
-def create(settings: Any = None) -> CodexAgent:
+def create(settings: SettingsInput = None) -> CodexAgent:
     return CodexAgent(settings)

@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
 
-from orchestrator.agents.base import Agent, AgentResult, Usage, tail
+from orchestrator.agents.base import Agent, AgentResult, SettingsInput, Usage, tail
 from orchestrator.errors import ConfigError
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
@@ -27,7 +26,7 @@ class CommandAgent(Agent):
     binary = ""
     default_prompt_via = "stdin"
 
-    def __init__(self, settings: Any = None) -> None:
+    def __init__(self, settings: SettingsInput = None) -> None:
         super().__init__(settings)
         words = " ".join(self.settings.command or [])
         if not self.settings.command:
@@ -100,5 +99,5 @@ def aider_usage(text: str) -> tuple[Usage | None, float | None]:
     return total, cost
 
 
-def create(settings: Any = None) -> CommandAgent:
+def create(settings: SettingsInput = None) -> CommandAgent:
     return CommandAgent(settings)

@@ -15,6 +15,7 @@ from typing import Any
 from orchestrator.agents.base import (
     Agent,
     AgentResult,
+    SettingsInput,
     Usage,
     json_events,
     parse_json_line,
@@ -195,5 +196,5 @@ def _parse_json(obj: dict[str, Any] | None) -> AgentResult:
     )
 
 
-def create(settings: Any = None) -> GeminiAgent:
+def create(settings: SettingsInput = None) -> GeminiAgent:
     return GeminiAgent(settings)

@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, timezone, tzinfo
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -213,7 +213,7 @@ def _amp(text: str, now: datetime) -> LimitSignal | None:
     return LimitSignal(None, match.group(0).strip()[:300], "usage") if match else None
 
 
-def _zone(name: str | None, now: datetime):
+def _zone(name: str | None, now: datetime) -> tzinfo | None:
     if not name:
         return now.tzinfo
     if name.upper() == "UTC":

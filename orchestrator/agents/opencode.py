@@ -15,6 +15,7 @@ from orchestrator.agents.base import (
     MAX_ARG_BYTES,
     Agent,
     AgentResult,
+    SettingsInput,
     Usage,
     json_events,
     parse_json_line,
@@ -114,10 +115,11 @@ def _status(err: Any) -> int | None:
 
 def _error_text(err: Any) -> str:
     if isinstance(err, dict):
-        data = err.get("data") if isinstance(err.get("data"), dict) else {}
+        raw = err.get("data")
+        data = raw if isinstance(raw, dict) else {}
         return str(data.get("message") or err.get("message") or err.get("name") or err)
     return str(err or "error")
 
 
-def create(settings: Any = None) -> OpencodeAgent:
+def create(settings: SettingsInput = None) -> OpencodeAgent:
     return OpencodeAgent(settings)

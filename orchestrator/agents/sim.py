@@ -19,8 +19,8 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Any
 
+from orchestrator.agents.base import SettingsInput
 from orchestrator.agents.claude import ClaudeAgent
 
 # The folder that holds the `orchestrator` package: on PYTHONPATH, the simulated agent can be
@@ -58,5 +58,5 @@ class SimAgent(ClaudeAgent):
         return super().check_available(prompt_file)
 
 
-def create(settings: Any = None) -> SimAgent:
+def create(settings: SettingsInput = None) -> SimAgent:
     return SimAgent(settings)

@@ -11,7 +11,7 @@ from orchestrator.project import ensure_logs_dir, locate
 from orchestrator.reports import ab
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "ab",
         help="run the project twice (indexed vs full history) in isolated copies and compare",

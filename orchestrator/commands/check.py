@@ -10,7 +10,7 @@ from orchestrator.commands.common import add_common
 from orchestrator.upkeep import audit
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "check",
         help="validate progress.txt's index and the references folder",

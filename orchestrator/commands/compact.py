@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -15,9 +16,10 @@ from orchestrator.upkeep import compact
 
 if TYPE_CHECKING:
     from orchestrator.project import Project
+    from orchestrator.upkeep.compact import CompactPlan
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "compact",
         help="archive stale references, merge near-duplicates, rotate the log (dry run)",
@@ -75,7 +77,7 @@ def _run(args: argparse.Namespace, proj: Project) -> int:
     return 0
 
 
-def _print_plan(plan, fmt) -> None:
+def _print_plan(plan: CompactPlan, fmt: Callable[[int], str]) -> None:
     print(
         f"progress.txt {fmt(plan.progress_before)} -> {fmt(plan.progress_after)} tokens; "
         f"references {fmt(plan.refs_before)} -> {fmt(plan.refs_after)} tokens"
@@ -92,7 +94,7 @@ def _print_plan(plan, fmt) -> None:
         print(f"  rotate: {plan.rotated} old log entries to the archive file")
 
 
-def _condense(proj, plan, agent: str, *, apply: bool) -> int:
+def _condense(proj: Project, plan: CompactPlan, agent: str, *, apply: bool) -> int:
     if not plan.oversized:
         print("no reference is over references.max_tokens")
         return 0

@@ -17,7 +17,7 @@ from orchestrator.reports import ab
 from orchestrator.sim import examples
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "demo",
         help="copy the bundled example into a new git repo and run `ralph ab` on it (sim agent)",

@@ -19,7 +19,7 @@ _LABEL = {
 }
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "init",
         help="add ralph.yaml, progress.txt, prd.json and the references folder to a project",

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from orchestrator.project import Project
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "migrate",
         help="turn a flat progress.txt into an index plus topic references (lossless)",

@@ -16,7 +16,7 @@ from orchestrator.memory.store import Memory
 from orchestrator.run import prompt
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "prompt",
         help="print the prompt `ralph run` would send for a story (--json: its token accounting)",
@@ -56,15 +56,12 @@ def run(args: argparse.Namespace) -> int:
     log.configure(verbose=args.verbose)  # log lines on stderr: stdout is the prompt only
     project = proj_mod.locate(Path.cwd(), args.ralph_dir)
     prd = Prd.load(project.prd_path)
-    if args.story:
-        story = prd.get(args.story)
-    else:
-        story = prd.next_story()
-        if story is None:
-            raise InputError(
-                f"{project.rel(project.prd_path)}: every story passes, so there is no next "
-                "story; name one with --story ID"
-            )
+    story = prd.get(args.story) if args.story else prd.next_story()
+    if story is None:
+        raise InputError(
+            f"{project.rel(project.prd_path)}: every story passes, so there is no next "
+            "story; name one with --story ID"
+        )
     memory = Memory.load(project)
     out = prompt.assemble(
         project, story, memory, mode=args.mode, budget=args.budget, tool=args.tool

@@ -11,7 +11,7 @@ from orchestrator import project
 from orchestrator.reports import report
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "report",
         help="render the comparison report and chart from existing ledgers",

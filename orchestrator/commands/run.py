@@ -11,6 +11,7 @@ import argparse
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 from orchestrator import log, project
 from orchestrator.commands.common import add_common
@@ -99,7 +100,7 @@ def _add_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "run",
         help="run the loop: one story per iteration until all pass",
@@ -146,7 +147,7 @@ def _merge_rest(args: argparse.Namespace) -> tuple[int | None, list[str]]:
     return max_iter, ignored
 
 
-def overrides(args: argparse.Namespace, max_iterations: int | None) -> dict:
+def overrides(args: argparse.Namespace, max_iterations: int | None) -> dict[str, Any]:
     return {
         "tool": args.tool,
         "max_iterations": max_iterations,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich import box
 from rich.console import Console
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from orchestrator.reports.savings import Savings
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "savings",
         help="what every past story would have loaded, indexed vs full history (no agent run)",
@@ -108,7 +108,7 @@ def table(result: Savings) -> Table:
     return t
 
 
-def _current(console: Console, cur: dict | None) -> None:
+def _current(console: Console, cur: dict[str, Any] | None) -> None:
     if not cur:
         return
     if "error" in cur:

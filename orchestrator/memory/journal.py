@@ -70,7 +70,12 @@ class Transaction:
         ops: list[dict[str, Any]] = []
         for n, op in enumerate(self.ops):
             target = Path(op["target"])
-            rec = {"target": str(target), "delete": op["text"] is None, "tmp": None, "backup": None}
+            rec: dict[str, Any] = {
+                "target": str(target),
+                "delete": op["text"] is None,
+                "tmp": None,
+                "backup": None,
+            }
             if op["text"] is not None:
                 rec["tmp"] = str(target.parent / f".{target.name}.{txid}-{n}.ralph-new")
             if target.exists():

@@ -277,7 +277,7 @@ class _Validator:
             references=self.str_list(item, p, ("references",)),
         )
 
-    def text_field(self, item: dict, p: _JsonPath, key: str) -> str:
+    def text_field(self, item: dict[str, Any], p: _JsonPath, key: str) -> str:
         value = item.get(key)
         if value is None:
             return ""
@@ -289,7 +289,7 @@ class _Validator:
             )
         return value
 
-    def priority(self, item: dict, p: _JsonPath) -> int | None:
+    def priority(self, item: dict[str, Any], p: _JsonPath) -> int | None:
         value = item.get("priority")
         if value is None:
             return None
@@ -307,7 +307,7 @@ class _Validator:
             'write e.g. "priority": 1, or remove it to run the story last',
         )
 
-    def str_list(self, item: dict, p: _JsonPath, keys: tuple[str, ...]) -> list[str]:
+    def str_list(self, item: dict[str, Any], p: _JsonPath, keys: tuple[str, ...]) -> list[str]:
         key = next((k for k in keys if k in item), None)
         if key is None or item[key] is None:
             return []
@@ -337,7 +337,7 @@ def _syntax_hint(doc: str, pos: int) -> str:
     return "correct the syntax there (a missing comma, quote or bracket is the usual cause)"
 
 
-def _missing_or_bad(item: dict, key: str, want: str) -> str:
+def _missing_or_bad(item: dict[str, Any], key: str, want: str) -> str:
     return "is missing" if key not in item else f"must be {want}, got {_show(item[key])}"
 
 
@@ -487,7 +487,7 @@ class Prd:
             if raw.get("passes", False) != s.passes:
                 self._set_passes(s, raw)
 
-    def _set_passes(self, story: Story, raw: dict) -> None:
+    def _set_passes(self, story: Story, raw: dict[str, Any]) -> None:
         expected = copy.deepcopy(self._data)
         target = expected if not self._base else expected["userStories"]
         target[story.position]["passes"] = story.passes
@@ -499,7 +499,8 @@ class Prd:
 
     def _edit_token(self, story: Story) -> str | None:
         offset = 1 if self._text.startswith("\ufeff") else 0
-        start, end = json_spans(self._text, offset)[(*self._base, story.position, "passes")]
+        path = (*self._base, story.position, "passes")
+        start, end = json_spans(self._text, offset)[path]
         old, new = ("false", "true") if story.passes else ("true", "false")
         if self._text[start:end] != old:
             return None

@@ -11,11 +11,25 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
 
 from orchestrator import fsutil, tokens
 from orchestrator.errors import PathEscapeError
 from orchestrator.memory.progress import Progress
+
+if TYPE_CHECKING:
+    from orchestrator.memory.references import ReferenceStore
+
+
+class MemorySource(Protocol):
+    """What `Memory.load` reads: a project.Project, or anything with these (the encoding
+    comes from `config.encoding` when there is one)."""
+
+    @property
+    def progress_path(self) -> Path: ...
+
+    @property
+    def references(self) -> ReferenceStore: ...
 
 
 @dataclass
@@ -35,7 +49,7 @@ class Memory:
     encoding: str = field(default=tokens.DEFAULT_ENCODING)
 
     @classmethod
-    def load(cls, project: Any) -> Memory:
+    def load(cls, project: MemorySource) -> Memory:
         """`project` is a project.Project, or anything with root, progress_path, references
         (a ReferenceStore) and config.encoding."""
         encoding = _encoding(project)
@@ -62,12 +76,14 @@ class Memory:
         return [r for r in self.references if r.exists]
 
 
-def _encoding(project: Any) -> str:
+def _encoding(project: MemorySource) -> str:
     config = getattr(project, "config", None)
     return getattr(config, "encoding", None) or tokens.DEFAULT_ENCODING
 
 
-def _reference(store: Any, topic: str, path: str, encoding: str, progress: Path) -> Reference:
+def _reference(
+    store: ReferenceStore, topic: str, path: str, encoding: str, progress: Path
+) -> Reference:
     try:
         file = store.resolve(path)
     except PathEscapeError as e:

@@ -38,6 +38,7 @@ from orchestrator.memory.progress import Progress
 from orchestrator.project import ensure_logs_dir
 
 if TYPE_CHECKING:
+    from orchestrator.agents.base import AgentResult
     from orchestrator.memory.references import ReferenceStore
     from orchestrator.project import Project
 
@@ -587,7 +588,9 @@ def _check_clean(snap: Snapshot, project: Project, report: CheckReport) -> None:
 # --------------------------------------------------------------------------- verify
 
 
-def verify(snap: Snapshot, project: Project, story: Story | str, result: Any = None) -> CheckReport:
+def verify(
+    snap: Snapshot, project: Project, story: Story | str, result: AgentResult | None = None
+) -> CheckReport:
     """Check the iteration's work against `snap`, repairing lost history; see module doc.
 
     `result` (the agent's AgentResult) is accepted for the loop's convenience and unused.

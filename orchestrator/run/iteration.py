@@ -17,11 +17,15 @@ import structlog
 
 from orchestrator import fsutil, git, redact
 from orchestrator.agents import limits, runner
+from orchestrator.agents.base import AgentResult
 from orchestrator.errors import InputError
 from orchestrator.run import checks
 
 if TYPE_CHECKING:
+    from orchestrator.memory.prd import Prd, Story
+    from orchestrator.memory.store import Memory
     from orchestrator.run.loop import Loop
+    from orchestrator.run.prompt import Assembled
 
 log = structlog.get_logger()
 SENTINEL = "<promise>COMPLETE</promise>"
@@ -63,7 +67,7 @@ class Attempt:
 
     n: int
     outcome: runner.RunOutcome
-    result: Any  # agents.AgentResult
+    result: AgentResult
     passed: bool
     all_passed: bool
     prd_error: str | None
@@ -154,7 +158,7 @@ class Attempt:
 class Iteration:
     """Prepare once, spawn one or more attempts, then record the last one."""
 
-    def __init__(self, loop: Loop, n: int, story: Any, prd: Any) -> None:
+    def __init__(self, loop: Loop, n: int, story: Story, prd: Prd) -> None:
         from orchestrator.memory.store import Memory
 
         self.loop = loop
@@ -164,7 +168,7 @@ class Iteration:
         self.total = len(prd.stories)
         self.passed_before = prd.passed_count()
         self.attempts = 0
-        self.report: Any = None
+        self.report: checks.CheckReport | None = None
         memory = Memory.load(self.project)
         self.assembled = build_prompt(loop, story, memory)
         self.prompt_file = loop.run_dir / f"iteration-{n}.prompt.md"
@@ -224,7 +228,11 @@ class Iteration:
             log.warning("prompt_copy_removed", error=str(exc))
 
     def _assess(
-        self, outcome: runner.RunOutcome, result: Any, before: WorkState, transcript: Path
+        self,
+        outcome: runner.RunOutcome,
+        result: AgentResult,
+        before: WorkState,
+        transcript: Path,
     ) -> Attempt:
         from orchestrator.memory.prd import Prd
 
@@ -251,7 +259,7 @@ class Iteration:
         )
 
     # ---- record -----------------------------------------------------------------------------
-    def verify(self, attempt: Attempt) -> Any:
+    def verify(self, attempt: Attempt) -> checks.CheckReport:
         """Post-story checks (they repair lost history); prd.json is re-read afterwards,
         since a repair may have restored it."""
         from orchestrator.memory.prd import Prd
@@ -266,6 +274,7 @@ class Iteration:
 
     def record(self, attempt: Attempt) -> dict[str, Any]:
         """The ledger's iteration record (call after verify)."""
+        assert self.report is not None, "record() needs verify() first"
         a = self.assembled
         saved = a.full_history_tokens - a.tokens
         rec: dict[str, Any] = {
@@ -301,7 +310,7 @@ class Iteration:
         return rec
 
 
-def build_prompt(loop: Loop, story: Any, memory: Any) -> Any:
+def build_prompt(loop: Loop, story: Story, memory: Memory) -> Assembled:
     """The one place the loop asks for a prompt (prompt.assemble; notes = check fixes)."""
     from orchestrator.run import prompt
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
+from typing import TextIO
 
 from orchestrator.errors import FatalError
 from orchestrator.memory.prd import Prd, Story
@@ -112,7 +113,7 @@ def early_faults(
     return None
 
 
-def run(opts: Options, root: Path, out=None) -> int:
+def run(opts: Options, root: Path, out: TextIO | None = None) -> int:
     prompt = read_prompt(opts)
     stream = Stream(
         cwd=str(root),

@@ -26,13 +26,16 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from orchestrator.errors import InputError, PathEscapeError
 from orchestrator.fsutil import read_text, relative_inside, safe_name
+
+if TYPE_CHECKING:
+    from orchestrator.memory.prd import Story
 
 SCRIPT_NAME = "sim.yaml"
 
@@ -141,7 +144,7 @@ def topic_for_title(title: str) -> str:
     return topic[:1].upper() + topic[1:]
 
 
-def generated_plan(story: Any) -> StoryPlan:
+def generated_plan(story: Story) -> StoryPlan:
     """A plan for a story the script does not cover: a notes file named after the story."""
     slug = safe_name(story.id.lower())
     criteria = "\n".join(f"- [x] {c}" for c in story.acceptance_criteria) or "- [x] Done"
