@@ -9,7 +9,7 @@ import shtab
 SHELLS = ("bash", "zsh", "tcsh")
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "completion",
         help="print a shell completion script (bash, zsh or tcsh)",
@@ -30,6 +30,7 @@ _PATHS = {"ralph_dir": shtab.DIRECTORY, "out": shtab.DIRECTORY, "ledgers": shtab
 def _mark_paths(parser: argparse.ArgumentParser) -> None:
     for action in parser._actions:
         if action.dest in _PATHS:
+            # shtab reads a `complete` attribute that argparse.Action does not declare.
             action.complete = _PATHS[action.dest]  # type: ignore[attr-defined]
         if isinstance(action, argparse._SubParsersAction):
             for sub in action.choices.values():

@@ -9,7 +9,7 @@ from orchestrator.commands.common import add_common
 from orchestrator.errors import UsageError
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "serve",
         help="a local web dashboard of the runs (read-only)",

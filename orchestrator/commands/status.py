@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 from rich import box
 from rich.console import Console
@@ -17,7 +18,7 @@ from orchestrator.run.display import duration, money, saving
 from orchestrator.tokens import fmt
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "status",
         help="stories, the index, references, the last run (--follow: watch the live run)",
@@ -57,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def render(st: dict, console: Console) -> None:
+def render(st: dict[str, Any], console: Console) -> None:
     s = st["stories"]
     nxt = s["next"]
     console.print(
