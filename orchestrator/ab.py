@@ -7,10 +7,17 @@ same files as the user sees them. Clones rather than worktrees because a Ralph a
 `branchName`, and one branch cannot be checked out in two worktrees; clones also leave nothing
 registered in the user's repository, so an interrupted A/B leaves nothing stray behind.
 Each arm is a real `ralph run` process; the user's working copy is never written.
+
+Stopping: SIGINT, SIGTERM and SIGHUP to `ralph ab` all stop it the same way: each arm gets
+SIGINT (it ends its agent's process tree and records the iteration as interrupted), an arm
+that does not exit within ARM_STOP_S is killed, and whatever is left of each arm's process
+tree (found by `proctree.Tree`) is ended; the arms' ledgers are kept beside the report, the
+copies in `work/` are removed, and the exit code is 128 + the signal.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -22,10 +29,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from orchestrator import git, ledger, report
-from orchestrator.errors import FatalError
+from orchestrator import git, ledger, proctree, report, stopsignals
+from orchestrator.errors import FatalError, Interrupted
 
 ARMS = ("indexed", "full")
+ARM_STOP_S = 15.0  # an arm's own agent grace (5 s) plus recording the interrupted iteration
 
 
 @dataclass
@@ -46,6 +54,7 @@ class ArmRun:
     log: Path
     process: subprocess.Popen[bytes] | None = None
     exit_code: int | None = None
+    tree: proctree.Tree | None = None
 
 
 _AB_IDENTITY = git.Identity("ralph-ab", "ralph-ab@localhost")
@@ -112,7 +121,10 @@ def _progress(arm: ArmRun) -> str:
 def _start(arm: ArmRun, argv: list[str]) -> None:
     arm.log.parent.mkdir(parents=True, exist_ok=True)
     log = arm.log.open("wb")
-    env = dict(os.environ, RALPH_AB_ARM=arm.name)
+    # The arm's agents run in sessions of their own: the tree (marker + descendants) finds
+    # them if the arm itself has to be killed.
+    arm.tree = proctree.Tree(use_cgroup=False)
+    env = dict(os.environ, RALPH_AB_ARM=arm.name, **arm.tree.env())
     # Own session: the arm is signalled as a group by us, not by a stray terminal Ctrl-C.
     arm.process = subprocess.Popen(
         argv,
@@ -124,6 +136,7 @@ def _start(arm: ArmRun, argv: list[str]) -> None:
         start_new_session=True,
     )
     log.close()
+    arm.tree.attach(arm.process.pid)
 
 
 def _wait(
@@ -135,6 +148,8 @@ def _wait(
         for arm in arms:
             if arm.process and arm.exit_code is None:
                 arm.exit_code = arm.process.poll()
+                if arm.tree is not None:
+                    arm.tree.poll()
         done = all(a.exit_code is not None for a in arms if a.process)
         line = " · ".join(_progress(a) for a in arms)
         if line != last and (done or time.monotonic() - last_at >= every):
@@ -145,20 +160,33 @@ def _wait(
         time.sleep(poll)
 
 
-def _stop(arms: list[ArmRun]) -> None:
-    """End running arms: SIGINT first (they record the iteration as interrupted), then KILL."""
+def _stop(arms: list[ArmRun]) -> list[str]:
+    """End running arms: SIGINT first (they record the iteration as interrupted), then KILL,
+    then whatever is left of their trees. Returns the leftovers that had to be killed."""
     for arm in arms:
         if arm.process and arm.process.poll() is None:
-            os.killpg(arm.process.pid, signal.SIGINT)
-    deadline = time.monotonic() + 10
+            with contextlib.suppress(OSError):
+                os.killpg(arm.process.pid, signal.SIGINT)
+    deadline = time.monotonic() + ARM_STOP_S
     for arm in arms:
         if not arm.process:
             continue
         try:
             arm.process.wait(timeout=max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            os.killpg(arm.process.pid, signal.SIGKILL)
+            with contextlib.suppress(OSError):
+                os.killpg(arm.process.pid, signal.SIGKILL)
             arm.process.wait()
+    return _end_trees(arms)
+
+
+def _end_trees(arms: list[ArmRun]) -> list[str]:
+    killed = []
+    for arm in arms:
+        if arm.tree is not None:
+            reap = arm.process.poll if arm.process else (lambda: None)
+            killed += [f"{arm.name}: {k}" for k in arm.tree.end(2.0, reap=reap)]
+    return killed
 
 
 def run_ab(
@@ -182,13 +210,16 @@ def run_ab(
         for name in ARMS
     ]
     try:
-        for arm in arms:
-            make_workspace(root, arm.workspace, logs_rel)
-        batches = [arms] if opts.parallel else [[a] for a in arms]
-        for batch in batches:
-            for arm in batch:
-                _start(arm, _arm_argv(arm.name, ralph_dir_rel, opts))
-            _wait(batch, on_status)
+        with stopsignals.interrupt_on_stop_signals():
+            for arm in arms:
+                make_workspace(root, arm.workspace, logs_rel)
+            batches = [arms] if opts.parallel else [[a] for a in arms]
+            for batch in batches:
+                for arm in batch:
+                    _start(arm, _arm_argv(arm.name, ralph_dir_rel, opts))
+                _wait(batch, on_status)
+        for killed in _end_trees(arms):
+            on_status(f"warning: ended a process left behind by arm {killed}")
         for arm in arms:
             if arm.exit_code not in (0, 1):  # 0: all stories pass; 1: iterations used up
                 on_status(
@@ -198,12 +229,34 @@ def run_ab(
             _collect(arm, out / arm.name, logs_rel)
         loaded = [report.load_arm(out / a.name / "ledger.jsonl", name=a.name) for a in arms]
         return report.write_report(loaded, out)
+    except KeyboardInterrupt:
+        with stopsignals.deferred():  # a second signal must not cut the cleanup in half
+            _cleanup_interrupted(arms, out, logs_rel, on_status)
+            if not opts.keep_workspaces:
+                shutil.rmtree(work, ignore_errors=True)
+        raise Interrupted(
+            f"A/B interrupted: both arms were stopped and their ledgers kept in {out}/<arm>/; "
+            "run `ralph ab` again to start over"
+        ) from None
     except BaseException:
-        _stop(arms)
+        with stopsignals.deferred():
+            _stop(arms)
         raise
     finally:
         if not opts.keep_workspaces:
             shutil.rmtree(work, ignore_errors=True)
+
+
+def _cleanup_interrupted(
+    arms: list[ArmRun], out: Path, logs_rel: str, on_status: Callable[[str], None]
+) -> None:
+    for killed in _stop(arms):
+        on_status(f"ended a process left behind by arm {killed}")
+    for arm in arms:
+        if arm.workspace.is_dir():
+            # Keep the interrupted records: they say how far each arm got.
+            with contextlib.suppress(FatalError, OSError):
+                _collect(arm, out / arm.name, logs_rel)
 
 
 def _collect(arm: ArmRun, dest: Path, logs_rel: str) -> None:

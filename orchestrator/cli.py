@@ -13,8 +13,8 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from orchestrator import __version__
-from orchestrator.errors import EXIT_INTERRUPTED, FatalError
+from orchestrator import __version__, stopsignals
+from orchestrator.errors import FatalError
 
 # Order is the order shown in `ralph --help`.
 COMMANDS = (
@@ -70,4 +70,4 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.exit_code
     except KeyboardInterrupt:
         print("ralph: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return stopsignals.exit_code()

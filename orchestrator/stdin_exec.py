@@ -16,6 +16,18 @@ EXIT_NOT_FOUND = 127
 EXIT_CANNOT_RUN = 126
 
 
+def _join_cgroup() -> None:
+    """Enter the cgroup the runner made for this agent (proctree.py) before exec, so that
+    nothing the agent starts can escape it; best effort (the runner also tracks by psutil)."""
+    procs = os.environ.pop("RALPH_CGROUP_PROCS", None)
+    if procs:
+        try:
+            with open(procs, "w") as f:
+                f.write("0")
+        except OSError:
+            pass
+
+
 def main(argv: list[str]) -> int:
     if len(argv) < 3 or argv[1] != "--":
         sys.stderr.write("usage: stdin_exec.py FILE -- PROG [ARG...]\n")
@@ -29,6 +41,7 @@ def main(argv: list[str]) -> int:
     if fd != 0:
         os.dup2(fd, 0)
         os.close(fd)
+    _join_cgroup()
     try:
         os.execvp(prog[0], prog)
     except FileNotFoundError:

@@ -6,7 +6,7 @@ import argparse
 import os
 from pathlib import Path
 
-from orchestrator import ab
+from orchestrator import ab, stopsignals
 from orchestrator.cli import add_common
 from orchestrator.project import locate
 
@@ -40,6 +40,8 @@ def run(args: argparse.Namespace) -> int:
         keep_workspaces=args.keep,
     )
     print(f"A/B on {project.root} → {out}")
-    written = ab.run_ab(project.root, project.ralph_dir, logs_rel, opts, on_status=print)
+    # SIGTERM/SIGHUP stop the A/B like Ctrl-C (arms stopped, copies removed, exit 128+signal).
+    with stopsignals.interrupt_on_stop_signals():
+        written = ab.run_ab(project.root, project.ralph_dir, logs_rel, opts, on_status=print)
     print(written.summary(), end="")
     return 0

@@ -11,7 +11,7 @@ import os
 import time
 from pathlib import Path
 
-from orchestrator import ab, examples
+from orchestrator import ab, examples, stopsignals
 from orchestrator.errors import UsageError
 from orchestrator.project import locate
 
@@ -34,6 +34,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # SIGTERM/SIGHUP stop the demo like Ctrl-C (arms stopped, copies removed, exit 128+signal).
+    with stopsignals.interrupt_on_stop_signals():
+        return _demo(args)
+
+
+def _demo(args: argparse.Namespace) -> int:
     dest = (args.into or Path(f"ralph-demo-{time.strftime('%Y%m%d-%H%M%S')}")).resolve()
     if dest.exists() and any(dest.iterdir()):
         raise UsageError(f"{dest} is not empty: pass --into with a new folder")
