@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestrator import ledger, tokens
+from orchestrator import ledger, quality, tokens
 from orchestrator.fsutil import atomic_write_bytes, atomic_write_text
 
 
@@ -42,6 +42,7 @@ class Arm:
     mode: str | None
     agent: str | None
     rows: list[IterationRow] = field(default_factory=list)
+    quality: dict[str, Any] = field(default_factory=dict)  # quality.run_quality
 
     @property
     def stories_completed(self) -> int:
@@ -69,7 +70,13 @@ class Arm:
             "cost_usd": self.total("cost_usd"),
             "duration_s": self.total("duration_s"),
             "check_failures": self.check_failures,
+            **self.quality,
+            "stories_per_usd": _per(self.stories_completed, self.total("cost_usd")),
         }
+
+
+def _per(n: float, cost: float | None) -> float | None:
+    return round(n / cost, 3) if cost else None
 
 
 def _agent_input(usage: dict[str, Any] | None) -> tuple[int | None, int | None, int | None]:
@@ -110,6 +117,7 @@ def load_arm(path: Path, name: str | None = None, run_id: str | None = None) -> 
         run_id = iterations[-1].get("run_id")
     chosen = [r for r in iterations if r.get("run_id") == run_id]
     first = chosen[0] if chosen else {}
+    run_records = [r for r in records if run_id is not None and r.get("run_id") == run_id]
     return Arm(
         name=name or first.get("mode") or Path(path).parent.name,
         ledger=str(path),
@@ -117,6 +125,7 @@ def load_arm(path: Path, name: str | None = None, run_id: str | None = None) -> 
         mode=first.get("mode"),
         agent=first.get("agent"),
         rows=[_row(r) for r in chosen],
+        quality=quality.run_quality(run_records, Path(path)),
     )
 
 
@@ -152,6 +161,32 @@ def compare(arms: list[Arm]) -> dict[str, Any]:
     return out
 
 
+def _num(x: float | None) -> str:
+    if x is None:
+        return "-"
+    return str(int(x)) if float(x).is_integer() else f"{x:.2f}"
+
+
+def _secs(x: float | None) -> str:
+    return "-" if x is None else f"{x:.0f}s"
+
+
+# (label, totals key, format): the quality rows of every table, in order.
+QUALITY_ROWS: list[tuple[str, str, Callable[[Any], str]]] = [
+    ("stories passed", "stories_passed", _num),
+    ("iterations", "iterations", _num),
+    ("iterations per passed story", "iterations_per_passed_story", _num),
+    ("check failures", "check_failures", _num),
+    ("restores (lost memory put back)", "restores", _num),
+    ("retries (transient, limits)", "retries", _num),
+    ("false completions", "false_completions", _num),
+    ("memory misses", "memory_misses", _num),
+    ("· references opened, not inlined", "references_opened_not_inlined", _num),
+    ("· progress.txt read in full (indexed)", "progress_reads_indexed", _num),
+    ("wall time", "wall_time_s", _secs),
+]
+
+
 def _money(x: float | None) -> str:
     return "-" if x is None else f"${x:.2f}"
 
@@ -169,16 +204,18 @@ def render_markdown(data: dict[str, Any], chart: str | None = None) -> str:
     def row(label: str, fn: Any) -> None:
         lines.append(f"| {label} | " + " | ".join(fn(a["totals"]) for a in arms) + " |")
 
-    row("stories completed", lambda t: str(t["stories_completed"]))
-    row("iterations", lambda t: str(t["iterations"]))
+    lines += ["| **quality** |" + " |" * len(arms)]
+    for label, key, fmt in QUALITY_ROWS:
+        row(label, lambda t, key=key, fmt=fmt: fmt(t.get(key)))
+    lines += ["| **cost** |" + " |" * len(arms)]
     row("prompt tokens (estimated)", lambda t: tokens.fmt(t["prompt_tokens"]))
     row("agent input tokens (all)", lambda t: tokens.fmt(t["input_tokens"]))
     row("· of which cache read", lambda t: tokens.fmt(t["cache_read_tokens"]))
     row("· of which cache write", lambda t: tokens.fmt(t["cache_write_tokens"]))
     row("output tokens", lambda t: tokens.fmt(t["output_tokens"]))
     row("cost", lambda t: _money(t["cost_usd"]))
-    row("duration", lambda t: f"{(t['duration_s'] or 0):.0f}s")
-    row("check failures", lambda t: str(t["check_failures"]))
+    row("agent time", lambda t: f"{(t['duration_s'] or 0):.0f}s")
+    row("stories per dollar", lambda t: _num(t.get("stories_per_usd")))
     if "saving" in data:
         s = data["saving"]
         lines += [
@@ -289,16 +326,15 @@ def console_table(data: dict[str, Any]) -> str:
     for a in data["arms"]:
         table.add_column(a["name"], justify="right")
     keys: list[tuple[str, str, Callable[[Any], str]]] = [
-        ("stories completed", "stories_completed", str),
-        ("iterations", "iterations", str),
+        *QUALITY_ROWS,
         ("prompt tokens (est.)", "prompt_tokens", tokens.fmt),
         ("agent input tokens", "input_tokens", tokens.fmt),
         ("output tokens", "output_tokens", tokens.fmt),
         ("cost", "cost_usd", _money),
-        ("check failures", "check_failures", str),
+        ("stories per dollar", "stories_per_usd", _num),
     ]
     for label, key, fmt in keys:
-        table.add_row(label, *(fmt(a["totals"][key]) for a in data["arms"]))
+        table.add_row(label, *(fmt(a["totals"].get(key)) for a in data["arms"]))
     # capture() keeps the table off the terminal and hands back its text; the caller prints.
     console = Console(width=100)
     with console.capture() as captured:

@@ -177,7 +177,7 @@ def test_demo_runs_the_whole_example_full_grows_indexed_stays_flat(tmp_path: Pat
     assert _slope(indexed[half:]) < _slope(full[half:]) / 4
     assert max(indexed) < full[-1] / 3
     assert data["saving"]["prompt_tokens"]["pct"] > 50
-    assert "stories completed" in res.stdout
+    assert "stories passed" in res.stdout
     assert f"report: {written / 'ab-report.md'}\nchart:  {written / 'ab-tokens.png'}" in res.stdout
 
 
