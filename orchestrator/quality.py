@@ -23,6 +23,8 @@ from typing import Any
 
 # Shell commands that print a whole file; `head`, `grep` and `sed -n` read part of it.
 _WHOLE_FILE_READERS = {"cat", "less", "more", "bat", "tac", "nl"}
+_PARTIAL_READERS = {"head", "tail", "sed", "grep", "rg", "awk"}
+_SEGMENTS = re.compile(r"&&|\|\||;|\|")
 _REFERENCE = re.compile(r"(^|/)references/[^/\s]+\.md$")
 
 
@@ -62,16 +64,24 @@ def _tool_calls(line: str) -> list[tuple[str, dict[str, Any]]]:
 
 
 def _shell_reads(command: str) -> list[tuple[str, bool]]:
-    """(path, whole file?) for each file a simple shell command reads."""
-    try:
-        words = shlex.split(command)
-    except ValueError:
-        words = command.split()
+    """(path, whole file?) for each file a shell command reads with a file-reading program
+    (`cat x` whole, `head`/`sed -n`/`grep` partial); `cat >> x`, `git add x` read nothing."""
     out = []
-    for i, word in enumerate(words):
-        if word.endswith((".md", ".txt")) and i > 0:
-            prog = PurePosixPath(words[0]).name if words else ""
-            out.append((word, prog in _WHOLE_FILE_READERS))
+    for segment in _SEGMENTS.split(command.split("<<", 1)[0]):
+        try:
+            words = shlex.split(segment)
+        except ValueError:
+            words = segment.split()
+        if not words:
+            continue
+        prog = PurePosixPath(words[0]).name
+        if prog not in _WHOLE_FILE_READERS and prog not in _PARTIAL_READERS:
+            continue
+        if any(w.startswith(">") for w in words):
+            continue  # writes (`cat >> progress.txt`), not reads
+        for word in words[1:]:
+            if word.endswith((".md", ".txt")) and not word.startswith("-"):
+                out.append((word, prog in _WHOLE_FILE_READERS))
     return out
 
 

@@ -54,7 +54,7 @@ def test_ab_runs_both_arms_and_reports_from_their_ledgers(tmp_path: Path) -> Non
     prd.write_text(prd.read_text().replace('"Recipe Box"', '"Recipe Box (edited)"', 1))
     before = _tree_digest(project)
     out = tmp_path / "out"
-    res = _ab(project, "--out", str(out), "--parallel", "8")
+    res = _ab(project, "--out", str(out), "8", "--parallel")
     assert res.returncode == 0, res.stdout + res.stderr
     assert _tree_digest(project) == before  # the user's working copy is untouched
     assert not (out / "work").exists()  # the arms' copies are cleaned up
@@ -86,7 +86,7 @@ def test_interrupted_ab_leaves_no_stray_copies_or_worktrees(tmp_path: Path) -> N
     out = tmp_path / "out"
     child = pexpect.spawn(
         sys.executable,
-        ["-m", "orchestrator", "ab", "--tool", "sim", "--out", str(out), "--parallel", "30"],
+        ["-m", "orchestrator", "ab", "--tool", "sim", "--out", str(out), "30", "--parallel"],
         cwd=str(project),
         env=ENV,
         encoding="utf-8",

@@ -31,6 +31,8 @@ def test_stream_reads_tell_whole_reads_from_index_only_reads() -> None:
                 "item": {"type": "command_execution", "command": "cat ralph/references/db.md"},
             }
         ),
+        _assistant("Bash", {"command": "cat >> scripts/ralph/progress.txt <<'EOF'\nx\nEOF"}),
+        _assistant("Bash", {"command": "git add -A -- ralph/references/x.md && git commit"}),
         "not json at all",
     ]
     reads = quality.stream_reads("\n".join(lines))
