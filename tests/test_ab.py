@@ -148,7 +148,9 @@ def test_demo_runs_the_whole_example_full_grows_indexed_stays_flat(tmp_path: Pat
     """The README's main command, as a user runs it: every story in both arms."""
     dest = tmp_path / "demo"
     res = subprocess.run(
-        [sys.executable, "-m", "orchestrator", "demo", "--into", str(dest)],
+        # One replicate: the default three would triple the time of this test; replicates
+        # are covered by tests/test_ab_replicates.py.
+        [sys.executable, "-m", "orchestrator", "demo", "--into", str(dest), "--repeat", "1"],
         cwd=tmp_path,
         env=ENV,
         capture_output=True,
