@@ -279,7 +279,8 @@ def _ab_project(tmp_path: Path) -> Path:
 
 
 def _both_arms_working(out: Path) -> bool:
-    logs = list(out.glob("work/*/ralph/logs/*/iteration-1.log"))
+    # work/<arm>/ for one replicate, work/rep-<i>/<arm>/ for several (ralph demo: 2)
+    logs = [p for p in out.glob("work/**/iteration-1.log") if "ralph/logs" in p.as_posix()]
     return len(logs) == 2 and all("Read" in p.read_text(errors="replace") for p in logs)
 
 
