@@ -187,11 +187,14 @@ def _start(arm: ArmRun, argv: list[str]) -> None:
     arm.tree.attach(arm.process.pid)
 
 
-def _finish_arm(arm: ArmRun, logs_rel: str, opts: AbOptions) -> None:
+def _finish_arm(
+    arm: ArmRun, logs_rel: str, opts: AbOptions, on_status: Callable[[str], None]
+) -> None:
     """An arm's run ended: end what it left behind, keep its logs, drop its copy."""
     if arm.tree is not None:
         reap = arm.process.poll if arm.process else (lambda: None)
-        arm.tree.end(2.0, reap=reap)
+        for killed in arm.tree.end(2.0, reap=reap):
+            on_status(f"warning: ended a process left behind by arm {arm.name}: {killed}")
     _collect(arm, arm.dest, logs_rel)
     arm.collected = True
     if not opts.keep_workspaces:
@@ -363,7 +366,11 @@ def run_ab(
     try:
         with stopsignals.interrupt_on_stop_signals():
             _schedule(
-                todo, start, lambda a: _finish_arm(a, logs_rel, opts), opts.slots(), on_status
+                todo,
+                start,
+                lambda a: _finish_arm(a, logs_rel, opts, on_status),
+                opts.slots(),
+                on_status,
             )
         for arm in todo:
             if arm.exit_code not in opts.ok_exits():
