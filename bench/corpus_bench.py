@@ -28,10 +28,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from orchestrator import prompt as pr  # noqa: E402
-from orchestrator import select as sel  # noqa: E402
-from orchestrator.prd import Prd, Story  # noqa: E402
-from orchestrator.progress import Progress, new_progress_text  # noqa: E402
+from orchestrator.memory.prd import Prd, Story  # noqa: E402
+from orchestrator.memory.progress import Progress, new_progress_text  # noqa: E402
+from orchestrator.run import prompt as pr  # noqa: E402
+from orchestrator.run import select as sel  # noqa: E402
 
 
 def memory_builder(interim: bool = False) -> tuple[Any, str]:
@@ -40,9 +40,9 @@ def memory_builder(interim: bool = False) -> tuple[Any, str]:
 
         return build_memory, "bench/interim_memory.py"
     try:
-        from orchestrator.migrate import build_memory  # type: ignore[attr-defined]
+        from orchestrator.upkeep.migrate import build_memory  # type: ignore[attr-defined]
 
-        return build_memory, "orchestrator.migrate.build_memory"
+        return build_memory, "orchestrator.upkeep.migrate.build_memory"
     except ImportError:
         from interim_memory import build_memory
 

@@ -4,7 +4,7 @@ Same contract: `build_memory(progress_text, prd, *, rel_dir) -> (new progress te
 {index_path: reference text})`, pure. It groups each log entry's learning bullets under a
 topic named after the code area its changed files live in, one `## <entry heading>` section
 per entry (bullets verbatim), and the Codebase Patterns section becomes its own reference.
-The bench uses the real one whenever `orchestrator.migrate` has it.
+The bench uses the real one whenever `orchestrator.upkeep.migrate` has it.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections import Counter
 from pathlib import PurePosixPath
 from typing import Any
 
-from orchestrator.progress import Progress
+from orchestrator.memory.progress import Progress
 
 _GENERIC = {"src", "app", "lib", "source", "packages", "internal", "pkg", "server", "client"}
 

@@ -8,9 +8,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from orchestrator import prompt as pr
-from orchestrator.prd import Story
-from orchestrator.progress import Progress
+from orchestrator.memory.prd import Story
+from orchestrator.memory.progress import Progress
+from orchestrator.run import prompt as pr
 
 
 def _fmt(x: Any, nd: int = 2) -> str:

@@ -1,1 +1,1 @@
-"""Example projects, shipped as package data (see orchestrator/examples.py)."""
+"""Example projects, shipped as package data (see orchestrator/sim/examples.py)."""

@@ -11,15 +11,25 @@ is expected and what was found. The annotated reference is `ralph.yaml` at the r
 from __future__ import annotations
 
 import difflib
+import math
 import os
+import re
 import shlex
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import structlog
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 from orchestrator import fsutil
 from orchestrator.errors import ConfigError
@@ -27,19 +37,47 @@ from orchestrator.errors import ConfigError
 log = structlog.get_logger()
 
 CONFIG_FILE = "ralph.yaml"
+HOUR, DAY, WEEK = 3600, 86400, 7 * 86400  # upper bounds of durations (seconds)
+
+
+# YAML 1.1 (PyYAML) reads `1e308` and `5e3` as strings: only `1.0e+308` is a float there.
+# YAML 1.2 and every other reader take them as numbers, so numeric keys accept them too.
+_EXPONENT = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)[eE][-+]?\d+")
+
+
+def _numeric_kinds(annotation: Any) -> set[type]:
+    """The number types a field accepts (int, float), through `X | None`."""
+    args = get_args(annotation) or (annotation,)
+    return {a for a in args if a in (int, float)}
 
 
 class _Section(BaseModel):
     # strict: YAML already yields typed values, so "10" for an integer is a mistake to
-    # report, not to coerce (and `true` must never become 1).
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    # report, not to coerce (and `true` must never become 1). No inf/nan: every number is
+    # a count, a duration or an amount, and each has a finite range (le=) so nothing
+    # downstream (time.sleep, datetime arithmetic) can overflow.
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _exponent_numbers(cls, v: Any, info: ValidationInfo) -> Any:
+        if not isinstance(v, str) or not _EXPONENT.fullmatch(v.strip()):
+            return v
+        field = cls.model_fields.get(info.field_name or "")
+        kinds = _numeric_kinds(field.annotation) if field else set()
+        if not kinds:
+            return v
+        number = float(v)
+        if int in kinds and float not in kinds and number.is_integer():
+            return int(number)
+        return number
 
 
 class ReferencesConfig(_Section):
     dir: str = "ralph/references"
     always: list[str] = Field(default_factory=list)
-    max_tokens: int = Field(800, ge=1)
-    stale_after: int | None = Field(15, ge=1)
+    max_tokens: int = Field(800, ge=1, le=1_000_000)
+    stale_after: int | None = Field(15, ge=1, le=1_000_000)
 
     @field_validator("dir")
     @classmethod
@@ -51,29 +89,32 @@ class ReferencesConfig(_Section):
 
 class LogConfig(_Section):
     dir: str = "ralph/logs"
-    keep_entries: int = Field(20, ge=0)
+    keep_entries: int = Field(20, ge=0, le=1_000_000)
 
 
 class BudgetConfig(_Section):
-    prompt_tokens: int = Field(16000, ge=1)
-    run_tokens: int | None = Field(None, ge=1)
-    run_cost_usd: float | None = Field(None, gt=0)
+    prompt_tokens: int = Field(16000, ge=1, le=10_000_000)
+    run_tokens: int | None = Field(None, ge=1, le=10**15)
+    run_cost_usd: float | None = Field(None, gt=0, le=1_000_000)
     warn_at: float = Field(0.8, gt=0, le=1)
 
 
 class TimeoutsConfig(_Section):
-    iteration: int | None = Field(3600, ge=1)
-    idle: int | None = Field(900, ge=1)
+    iteration: int | None = Field(3600, ge=1, le=WEEK)
+    idle: int | None = Field(900, ge=1, le=WEEK)
 
 
 class LimitsConfig(_Section):
-    max_wait: int = Field(21600, ge=0)
-    fallback_wait: int = Field(900, ge=0)
+    max_wait: int = Field(21600, ge=0, le=WEEK)
+    fallback_wait: int = Field(900, ge=0, le=DAY)
+    # First wait after a reset that has already passed (the message persists); doubles on
+    # each recheck, up to fallback_wait.
+    recheck: int = Field(60, ge=1, le=DAY)
 
 
 class RetriesConfig(_Section):
-    transient: int = Field(3, ge=0)
-    backoff: float = Field(30, ge=0)
+    transient: int = Field(3, ge=0, le=100)
+    backoff: float = Field(30, ge=0, le=HOUR)
 
 
 class AgentConfig(_Section):
@@ -98,7 +139,7 @@ class AgentConfig(_Section):
 
 class Config(_Section):
     tool: str = "amp"
-    max_iterations: int = Field(10, ge=1)
+    max_iterations: int = Field(10, ge=1, le=1_000_000)
     ralph_dir: str | None = None
     mode: Literal["auto", "indexed", "full"] = "auto"
     encoding: Literal["o200k_base", "cl100k_base"] = "o200k_base"
@@ -110,8 +151,9 @@ class Config(_Section):
     timeouts: TimeoutsConfig = Field(default_factory=TimeoutsConfig)
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     retries: RetriesConfig = Field(default_factory=RetriesConfig)
-    stuck_after: int = Field(3, ge=1)
-    sleep_between: float = Field(2, ge=0)
+    stuck_after: int = Field(3, ge=1, le=1_000_000)
+    sleep_between: float = Field(2, ge=0, le=DAY)
+    compat: bool = False  # ralph.sh's exit codes and console lines
     agents: dict[str, AgentConfig] = Field(default_factory=dict)
 
     _warnings: list[str] = PrivateAttr(default_factory=list)
@@ -253,7 +295,7 @@ def read_yaml(path: Path) -> dict[str, Any]:
     """Parse ralph.yaml into a dict; an empty file is an empty config."""
     shown = display_path(path)
     try:
-        text = path.read_bytes().decode("utf-8")
+        text = fsutil.read_bytes(path).decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError(
             f"{shown}: not UTF-8 text (byte {exc.start}); save the file as UTF-8"
@@ -285,6 +327,7 @@ _EXPECTED = {
     "int_from_float": "an integer",
     "float_type": "a number",
     "float_parsing": "a number",
+    "finite_number": "a finite number (not .inf or .nan)",
     "bool_type": "true or false",
     "bool_parsing": "true or false",
     "string_type": "a string",
@@ -333,7 +376,8 @@ def _message(err: Mapping[str, Any]) -> str:
             "less_than": "less than",
         }[kind]
         bound = next(iter(ctx.values()), "")
-        return f"must be {words} {bound}"
+        shown = _num(bound) if isinstance(bound, (int, float)) and math.isfinite(bound) else bound
+        return f"must be {words} {shown}"
     if kind == "value_error":
         return str(ctx.get("error", err.get("msg", "")))
     return str(err.get("msg", "is invalid")).lower()
@@ -357,6 +401,47 @@ def _default_of(loc: tuple[Any, ...]) -> str | None:
     return None
 
 
+def _field_at(loc: tuple[Any, ...]) -> Any:
+    """The pydantic FieldInfo at a key path, or None (agents.<name>.* and list items)."""
+    model: type[BaseModel] = Config
+    for i, part in enumerate(loc):
+        field = model.model_fields.get(str(part))
+        if field is None:
+            return None
+        if i == len(loc) - 1:
+            return field
+        ann = field.annotation
+        if not (isinstance(ann, type) and issubclass(ann, BaseModel)):
+            return None
+        model = ann
+    return None
+
+
+def _num(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
+def _allowed(loc: tuple[Any, ...]) -> str | None:
+    """'allowed: 1 to 604800 (or null)' for a numeric key, from its Field bounds."""
+    field = _field_at(loc)
+    if field is None or not _numeric_kinds(field.annotation):
+        return None
+    lo = hi = None
+    for m in field.metadata:
+        if getattr(m, "ge", None) is not None:
+            lo = _num(m.ge)
+        elif getattr(m, "gt", None) is not None:
+            lo = f"more than {_num(m.gt)}"
+        if getattr(m, "le", None) is not None:
+            hi = _num(m.le)
+        elif getattr(m, "lt", None) is not None:
+            hi = f"less than {_num(m.lt)}"
+    kind = "an integer" if float not in _numeric_kinds(field.annotation) else "a number"
+    span = f"{lo or 'any'} to {hi}" if hi else f"{lo} or more"
+    nullable = " (or null)" if type(None) in get_args(field.annotation) else ""
+    return f"allowed: {kind}, {span}{nullable}"
+
+
 def _config_error(exc: ValidationError, source: str, override_keys: set[str]) -> ConfigError:
     lines = []
     for err in exc.errors():
@@ -367,6 +452,9 @@ def _config_error(exc: ValidationError, source: str, override_keys: set[str]) ->
         default = _default_of(loc)
         if default is not None and default.strip():
             msg += f" (default: {default.strip()})"
+        allowed = _allowed(loc)
+        if allowed:
+            msg += f"; {allowed}"
         lines.append(msg)
     return ConfigError("\n".join(lines))
 
@@ -408,7 +496,7 @@ def load_config(path: Path | None, overrides: Mapping[str, Any] | None = None) -
             raise ConfigError(f"command line: unknown setting '{key}'")
     raw: dict[str, Any] = {}
     source = "defaults"
-    if path is not None and Path(path).is_file():
+    if path is not None and fsutil.present(path):
         raw = read_yaml(Path(path))
         source = display_path(Path(path))
     raw, unknown = _prune_unknown(raw)

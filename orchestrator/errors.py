@@ -62,3 +62,17 @@ class Interrupted(FatalError):
     def __init__(self, *args: object) -> None:
         super().__init__(*args)
         self.exit_code = stopsignals.exit_code()  # 128 + the signal that stopped us
+
+
+class FileError(InputError, OSError):
+    """A user or log file could not be read or written (permission, a folder in the way, a
+    FIFO, a symlink loop, disk full...). Also an OSError, so `except OSError` still sees it."""
+
+    def __init__(self, message: str, *, path: str, errno: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.filename = path
+        self.errno = errno
+
+    def __str__(self) -> str:
+        return self.message

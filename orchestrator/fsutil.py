@@ -7,10 +7,81 @@ the target, so a crash leaves either the old file or the new one, never half of 
 from __future__ import annotations
 
 import contextlib
+import errno
+import hashlib
 import os
+import re
 import shutil
+import stat
 import tempfile
+import unicodedata
 from pathlib import Path, PurePosixPath
+
+from orchestrator.errors import FileError
+
+# What to do about each errno we can meet on a user's file (the message names the file).
+_FIXES = {
+    errno.EACCES: "give the user running ralph read/write access to it (chmod/chown), "
+    "or run ralph as its owner",
+    errno.EPERM: "give the user running ralph access to it (chmod/chown, chattr -i)",
+    errno.EISDIR: "a folder is in the way: move it aside and put the file there",
+    errno.ENOTDIR: "a file is in the way of a folder on this path: move it aside",
+    errno.ELOOP: "a symlink loop: point the symlink at a real file, or replace it by the file",
+    errno.ENOENT: "it (or the folder it is in) does not exist: create it or fix the path "
+    "(a symlink pointing nowhere?)",
+    errno.ENOSPC: "the disk is full: free some space and run again",
+    errno.EDQUOT: "the disk quota is used up: free some space and run again",
+    errno.EFBIG: "the file size limit was reached (ulimit -f): raise it and run again",
+    errno.EROFS: "the file system is read-only: remount it read-write or use a writable copy",
+    errno.EIO: "an I/O error: check the disk (dmesg) and run again",
+}
+_KINDS = {
+    stat.S_IFIFO: "a FIFO (named pipe)",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFDIR: "a folder",
+}
+
+
+def file_error(path: Path | str, exc: OSError, action: str) -> FileError:
+    """One clear error for an OSError on `path`: the file, what went wrong and the fix."""
+    if isinstance(exc, FileError):
+        return exc
+    code = exc.errno or 0
+    reason = os.strerror(code) if code else str(exc)
+    name = errno.errorcode.get(code, "")
+    fix = _FIXES.get(code, "check the file and its folder, then run again")
+    if code == errno.ENOENT and os.path.islink(path):
+        fix = "it is a symlink pointing nowhere: point it at the real file or remove it"
+    shown = f"{reason} ({name})" if name else reason
+    return FileError(f"{path}: cannot {action} it: {shown}. Fix: {fix}", path=str(path), errno=code)
+
+
+def not_regular(path: Path | str, mode: int) -> FileError:
+    kind = _KINDS.get(stat.S_IFMT(mode), "not a regular file")
+    return FileError(
+        f"{path}: is {kind}, not a regular file; ralph reads and writes plain files only. "
+        "Fix: replace it by a regular file",
+        path=str(path),
+        errno=errno.EISDIR if stat.S_ISDIR(mode) else errno.EINVAL,
+    )
+
+
+def present(path: Path | str) -> bool:
+    """True for a regular file, False when nothing is there; anything else (a folder, a FIFO,
+    a dangling or looping symlink, no permission to look) is a FileError, never "absent"."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError as exc:
+        if os.path.islink(path):
+            raise file_error(path, exc, "read") from None
+        return False
+    except OSError as exc:
+        raise file_error(path, exc, "read") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise not_regular(path, st.st_mode)
+    return True
 
 
 def _umask() -> int:
@@ -20,8 +91,15 @@ def _umask() -> int:
 
 
 def atomic_write_bytes(path: Path, data: bytes, *, backup: bool = False) -> None:
-    """Replace `path` with `data` atomically; with `backup`, keep the old file as `<path>.bak`."""
-    path = Path(path)
+    """Replace `path` with `data` atomically; with `backup`, keep the old file as `<path>.bak`.
+    Any OSError (no permission, disk full...) is a FileError naming `path`; the old file stays."""
+    try:
+        _atomic_write_bytes(Path(path), data, backup)
+    except OSError as exc:
+        raise file_error(path, exc, "write") from None
+
+
+def _atomic_write_bytes(path: Path, data: bytes, backup: bool) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     if backup and path.exists():
         shutil.copy2(path, path.with_name(path.name + ".bak"))
@@ -45,9 +123,67 @@ def atomic_write_bytes(path: Path, data: bytes, *, backup: bool = False) -> None
         raise
 
 
+# The `.gitignore` put inside every folder ralph-index owns: git then ignores the folder's
+# whole content (this file included) without any edit of the user's own .gitignore, so an
+# agent told to "commit all changes" cannot commit our ledger, lock or transcripts.
+IGNORE_ALL = "# Written by ralph-index: git ignores this folder (run logs, locks, backups).\n*\n"
+
+
+def make_owned_dir(folder: Path) -> Path:
+    """Create `folder` (and its parents) as a folder git ignores, and return it.
+
+    A new folder appears with its `.gitignore` already inside: it is built under a temporary
+    name and renamed into place, so no `git add -A` can ever catch it bare. An existing folder
+    without a `.gitignore` (made by an older version) gets one, atomically; an existing
+    `.gitignore` is the user's and is left as it is.
+    """
+    folder = Path(folder)
+    marker = folder / ".gitignore"
+    if marker.is_file():
+        return folder
+    if not folder.exists():
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", suffix=".new", dir=folder.parent))
+        try:
+            (tmp / ".gitignore").write_text(IGNORE_ALL, encoding="utf-8")
+            os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700 folders
+            os.rename(tmp, folder)  # fails if another process made `folder` meanwhile
+            return folder
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)
+            if not folder.is_dir():
+                raise
+    if not marker.exists():
+        atomic_write_text(marker, IGNORE_ALL)
+    return folder
+
+
 def atomic_write_text(path: Path, text: str, *, backup: bool = False) -> None:
     """Write text as UTF-8 without newline translation (bytes in == bytes out)."""
     atomic_write_bytes(path, text.encode("utf-8", errors="surrogateescape"), backup=backup)
+
+
+NAME_MAX = 80
+_UNSAFE = re.compile(r"[^A-Za-z0-9._+-]+")
+
+
+def safe_name(text: str, *, max_len: int = NAME_MAX) -> str:
+    """One file or folder name made from user text (a story id, a branch, a topic, a run
+    name): the only way such text becomes part of a path.
+
+    Letters are folded to ASCII, every other run of characters outside `A-Z a-z 0-9 . _ + -`
+    (separators `/` and `\\`, `..`, spaces, control characters) becomes one `-`, leading
+    dots and dashes go (no hidden file, no option-looking name), and the result is at most
+    `max_len` characters, so it always fits the 255-byte name limit. Text with nothing
+    usable left gets `x-<hash>`, so two such ids still get different names. Already-safe
+    names are returned unchanged (`US-001`, `feat-x`)."""
+    folded = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode("ascii")
+    name = _UNSAFE.sub("-", folded).lstrip(".-")
+    name = re.sub(r"\.{2,}", ".", name)[:max_len].rstrip(".-")
+    if not name:
+        digest = hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
+        name = f"x-{digest[:8]}"
+    return name
 
 
 def relative_inside(path: str) -> PurePosixPath | None:
@@ -59,6 +195,34 @@ def relative_inside(path: str) -> PurePosixPath | None:
     return p
 
 
-def read_text(path: Path) -> str:
+def read_bytes(path: Path | str) -> bytes:
+    """The bytes of a regular file. A missing file raises FileNotFoundError (callers decide
+    what absent means) unless it is a dangling symlink; any other OSError, or a FIFO/device/
+    folder in its place (which would block or mislead), is a FileError naming the file."""
+    try:
+        # O_NONBLOCK: opening a FIFO must not wait for a writer; checked just below.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError as exc:
+        if os.path.islink(path):
+            raise file_error(path, exc, "read") from None
+        raise
+    except OSError as exc:
+        raise file_error(path, exc, "read") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise not_regular(path, mode)
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return f.read()
+    except FileError:
+        raise
+    except OSError as exc:
+        raise file_error(path, exc, "read") from None
+    finally:
+        os.close(fd)
+
+
+def read_text(path: Path | str) -> str:
     """Read UTF-8 text exactly (no newline translation), so render(parse(x)) can equal x."""
-    return Path(path).read_bytes().decode("utf-8", errors="surrogateescape")
+    return read_bytes(path).decode("utf-8", errors="surrogateescape")

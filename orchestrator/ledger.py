@@ -2,19 +2,25 @@
 
 Every iteration of `ralph run` appends one `iteration` record (schema in
 docs/architecture.md); a run is bracketed by `run_start` / `run_end`, and a usage-limit wait
-adds a `limit_wait` record. Lines are written with structlog's JSON renderer through a
-dedicated logger (not the global logging config), opened in append mode so concurrent
-writers never interleave inside a line and history is never rewritten.
+adds a `limit_wait` record. Lines are rendered with structlog's JSON renderer through a
+dedicated logger (not the global logging config) and appended whole or not at all: one
+`os.write` of the full line on an O_APPEND descriptor (so concurrent writers never
+interleave inside a line), and a failed or short write (disk full) is cut back to the size
+the file had before, so a torn half-record is never left for the next run to write after.
+A ledger that already ends without a newline (a crash from an older version, a copy cut
+short) gets one before the next record, so that record stays on its own line.
 
 Readers (`ralph status`, `ralph report`, `ralph ab`, `ralph compact`) use `read()` and the
-summary helpers below; a damaged line is skipped with a warning instead of failing the read,
-because a ledger is a record, not an input the run depends on.
+summary helpers below; a damaged line is skipped and counted (`Records.skipped`) instead of
+failing the read, because a ledger is a record, not an input the run depends on, and one
+torn line must not hide every other run's numbers.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
 import secrets
 import time
 from collections.abc import Iterable
@@ -24,7 +30,9 @@ from typing import Any
 
 import structlog
 
-from orchestrator.errors import InputError
+from orchestrator import fsutil
+from orchestrator.errors import FatalError, InputError
+from orchestrator.redact import Redactor
 
 log = structlog.get_logger()
 
@@ -45,20 +53,73 @@ def _order_keys(_logger: Any, _name: str, event_dict: dict[str, Any]) -> dict[st
     return ordered
 
 
+class LedgerWriteError(FatalError):
+    """A record could not be appended (disk full, permissions); the ledger is left whole."""
+
+
+class _LineWriter:
+    """structlog's logger interface (`msg`) over whole-line appends; see the module doc."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd: int | None = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+        self._lead = b"\n" if _ends_torn(path) else b""
+
+    def msg(self, message: str) -> None:
+        if self._fd is None:
+            raise LedgerWriteError(f"{self.path}: the ledger is closed")
+        data = self._lead + message.encode("utf-8", errors="surrogateescape") + b"\n"
+        before = os.fstat(self._fd).st_size
+        try:
+            written = os.write(self._fd, data)
+            if written != len(data):
+                raise OSError(f"short write ({written} of {len(data)} bytes; disk full?)")
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, before)
+            raise LedgerWriteError(
+                f"{self.path}: could not append a ledger record ({exc}); nothing was "
+                "written. Free disk space (or fix the folder's permissions) and run again"
+            ) from None
+        self._lead = b""
+
+    def close(self) -> None:
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = None
+
+
+def _ends_torn(path: Path) -> bool:
+    """True when the file's last byte is not a newline (a record cut short)."""
+    try:
+        with path.open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            if f.tell() == 0:
+                return False
+            f.seek(-1, os.SEEK_END)
+            return f.read(1) != b"\n"
+    except OSError:
+        return False
+
+
 class Ledger:
     """Appends records for one run to a ledger file."""
 
     def __init__(self, path: Path, run_id: str | None = None) -> None:
         self.path = Path(path)
         self.run_id = run_id or new_run_id()
+        self._redact = Redactor()
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = self.path.open("a", encoding="utf-8")
+        self._file = _LineWriter(self.path)
         self._log = structlog.wrap_logger(
-            structlog.WriteLogger(self._file),
+            self._file,
             processors=[
                 structlog.processors.TimeStamper(fmt="iso", utc=True, key="ts"),
                 _order_keys,
                 structlog.processors.JSONRenderer(default=str, ensure_ascii=False),
+                # Error texts and argv end up here: the rendered line is redacted whole.
+                lambda _logger, _name, line: self._redact(line),
             ],
             # Explicit, so the app's logging setup (log.configure) never reroutes the ledger.
             wrapper_class=structlog.BoundLogger,
@@ -66,7 +127,7 @@ class Ledger:
         ).bind(run_id=self.run_id)
 
     def event(self, event: str, **fields: Any) -> None:
-        """Append one record (`event` names its kind)."""
+        """Append one record (`event` names its kind): a whole line or nothing."""
         self._log.msg(event, **fields)
 
     def iteration(self, record: dict[str, Any]) -> None:
@@ -75,8 +136,7 @@ class Ledger:
         self.event("iteration", **record)
 
     def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self._file.close()
+        self._file.close()
 
     def __enter__(self) -> Ledger:
         return self
@@ -85,34 +145,69 @@ class Ledger:
         self.close()
 
 
-def read(path: Path, *, strict: bool = False) -> list[dict[str, Any]]:
-    """All records in file order; [] when the ledger does not exist yet.
+class Records(list[dict[str, Any]]):
+    """The records of a ledger, in file order; `skipped` holds the line numbers of damaged
+    lines that were left out (a torn record, a line that is not a JSON object)."""
 
-    A damaged line (e.g. a run killed mid-write) is skipped with a warning, so status and
-    compaction keep working; `strict` (reports, whose numbers must be complete) raises an
-    InputError naming the file and line instead, and also for a missing ledger."""
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self.path = path
+        self.skipped: list[int] = []
+
+    def skipped_note(self) -> str:
+        """'' when nothing was skipped, else one line for the user."""
+        if not self.skipped:
+            return ""
+        shown = ", ".join(map(str, self.skipped[:10])) + (" ..." if len(self.skipped) > 10 else "")
+        return (
+            f"{self.path}: skipped {len(self.skipped)} damaged line(s) (line {shown}); "
+            "the other records are used"
+        )
+
+
+def read(path: Path, *, strict: bool = False) -> Records:
+    """All records in file order; empty when the ledger does not exist yet.
+
+    A damaged line (a torn record from a crash or a full disk, or two records run together
+    on one line) is skipped and counted in `skipped`, so status, compaction and reports keep
+    working on every other line. `strict` (reports) makes a missing ledger an InputError."""
     path = Path(path)
-    if not path.exists():
+    records = Records(path)
+    if not fsutil.present(path):  # a FIFO or folder in its place is an error, not a hang
         if strict:
             raise InputError(f"{path}: no such ledger (run `ralph run` first, or check the path)")
-        return []
-    records: list[dict[str, Any]] = []
+        return records
     with path.open(encoding="utf-8", errors="replace") as f:
         for lineno, line in enumerate(f, 1):
             if not line.strip():
                 continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                if strict:
-                    raise InputError(
-                        f"{path}:{lineno}: not a JSON ledger line ({exc.msg})"
-                    ) from None
-                log.warning("ledger line skipped", file=str(path), line=lineno)
-                continue
+            obj = _parse(line)
             if isinstance(obj, dict):
                 records.append(obj)
+                continue
+            records.skipped.append(lineno)
+            # debug: callers report the count once (Records.skipped_note), not line by line.
+            log.debug("ledger line skipped", file=str(path), line=lineno)
+            tail = _tail_record(line)
+            if tail is not None:  # the next run's record written after a torn one
+                records.append(tail)
     return records
+
+
+def _parse(line: str) -> Any:
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError:
+        return None
+
+
+def _tail_record(line: str) -> dict[str, Any] | None:
+    """A whole record at the end of a torn line (`{"event": ...}` after a cut-off one)."""
+    start = line.rfind('{"event"')
+    if start <= 0:
+        return None
+    obj = _parse(line[start:])
+    return obj if isinstance(obj, dict) else None
 
 
 def iterations(records: Iterable[dict[str, Any]], run_id: str | None = None) -> list[dict]:

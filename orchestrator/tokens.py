@@ -16,10 +16,12 @@ import os
 from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
-
-import tiktoken
+from typing import TYPE_CHECKING
 
 from orchestrator import fsutil
+
+if TYPE_CHECKING:
+    import tiktoken
 
 DEFAULT_ENCODING = "o200k_base"
 _URL = "https://openaipublic.blob.core.windows.net/encodings/{name}.tiktoken"
@@ -64,6 +66,11 @@ def _cache_env(cache_dir: Path) -> Iterator[None]:
 @functools.cache
 def encoder(name: str = DEFAULT_ENCODING) -> tiktoken.Encoding:
     """One encoder per encoding per process."""
+    # Imported here: every `ralph` command imports this module (for `fmt`), and building an
+    # encoder costs about a second, which `ralph run` pays after the agent started (counts are
+    # computed lazily, see prompt.Assembled), never before.
+    import tiktoken
+
     if name not in _SHA256:
         # Other encodings are derived from these two (e.g. gpt2 is not shipped): let tiktoken
         # try its own cache; it will only reach the network if the user allows it.
@@ -93,3 +100,12 @@ def fmt(n: int | float | None) -> str:
     if abs(n) >= 1_000:
         return f"{n / 1_000:.1f}k"
     return f"{int(n)}"
+
+
+def within(text: str, limit: int, encoding: str = DEFAULT_ENCODING) -> bool:
+    """Whether `text` has at most `limit` tokens. Every token of a byte-level BPE covers at
+    least one byte, so a text of at most `limit` UTF-8 bytes needs no encoder (the common
+    case, and the encoder takes a second to build)."""
+    if len(text.encode("utf-8", errors="surrogateescape")) <= limit:
+        return True
+    return count(text, encoding) <= limit

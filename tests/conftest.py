@@ -74,3 +74,12 @@ def cli_home(tmp_path: Path) -> Path:
     path = tmp_path / "home"
     path.mkdir()
     return path
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Everything under tests/e2e drives real agent CLIs: mark it `e2e`, so that
+    `pytest -m "not e2e"` is the fast loop."""
+    e2e_dir = Path(__file__).resolve().parent / "e2e"
+    for item in items:
+        if e2e_dir in Path(str(item.fspath)).resolve().parents:
+            item.add_marker(pytest.mark.e2e)

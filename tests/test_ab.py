@@ -14,8 +14,9 @@ from pathlib import Path
 import pexpect
 import pytest
 
-from orchestrator import ab, examples, report
 from orchestrator.cli import main
+from orchestrator.reports import ab, report
+from orchestrator.sim import examples
 
 ENV = dict(os.environ, PYTHONUNBUFFERED="1")
 

@@ -12,7 +12,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from run_helpers import RALPH, env, make_project  # noqa: E402
 
-from orchestrator import abstats  # noqa: E402
+from orchestrator.reports import abstats  # noqa: E402
 
 
 def test_estimate_mean_and_interval() -> None:

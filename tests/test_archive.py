@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from orchestrator import archive
-from orchestrator.progress import Progress
+from orchestrator.memory.progress import Progress
+from orchestrator.run import archive
 
 HEADER = "# Ralph Progress Log\nStarted: Mon Nov 30 05:52:02 UTC 2026\n---\n"
 

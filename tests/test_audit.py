@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator import audit, cli, project
+from orchestrator import cli, project
+from orchestrator.upkeep import audit
 
 REPO = Path(__file__).resolve().parents[1]
 CLEAN = (

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.budget import Budget
 from orchestrator.errors import EXIT_BUDGET, BudgetExhausted
+from orchestrator.run.budget import Budget
 
 
 def test_no_limits_never_stop() -> None:

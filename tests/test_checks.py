@@ -10,10 +10,10 @@ import pytest
 from conftest import corpus_cases
 
 from orchestrator import fsutil
-from orchestrator.checks import merge_history, snapshot, verify
-from orchestrator.prd import Prd
-from orchestrator.progress import Progress
+from orchestrator.memory.prd import Prd
+from orchestrator.memory.progress import Progress
 from orchestrator.project import Project, locate
+from orchestrator.run.checks import merge_history, snapshot, verify
 
 PROGRESS = """# Ralph Progress Log
 Started: Mon Nov 30 05:00:00 UTC 2026

@@ -6,7 +6,7 @@ import io
 
 from rich.console import Console
 
-from orchestrator.display import Display, duration, money, summary_line
+from orchestrator.run.display import Display, duration, money, summary_line
 
 REC = {
     "event": "iteration",

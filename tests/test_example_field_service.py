@@ -10,8 +10,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from run_helpers import RALPH, env  # noqa: E402
 
-from orchestrator import examples  # noqa: E402
-from orchestrator.sim_script import load_script  # noqa: E402
+from orchestrator.sim import examples  # noqa: E402
+from orchestrator.sim.script import load_script  # noqa: E402
 
 
 def test_every_story_is_scripted_and_needs_only_what_came_before() -> None:

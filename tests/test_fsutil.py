@@ -8,7 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.fsutil import atomic_write_bytes, atomic_write_text, read_text, relative_inside
+from orchestrator.fsutil import (
+    atomic_write_bytes,
+    atomic_write_text,
+    read_text,
+    relative_inside,
+    safe_name,
+)
 
 
 def _mode(p: Path) -> int:
@@ -66,3 +72,64 @@ def test_relative_inside_refuses_what_could_leave_the_folder(
 ) -> None:
     got = relative_inside(given)
     assert (got.as_posix() if got is not None else None) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "name"),
+    [
+        ("US-001", "US-001"),
+        ("API/006", "API-006"),
+        ("../../x", "x"),
+        ("a b\tc\nd", "a-b-c-d"),
+        ("Ünïcode/ßtory", "Unicode-tory"),
+        (".hidden", "hidden"),
+        ("-rf", "rf"),
+        ("a..b", "a.b"),
+        ("feat\\win", "feat-win"),
+    ],
+)
+def test_safe_name(text: str, name: str) -> None:
+    assert safe_name(text) == name
+
+
+def test_safe_name_never_empty_never_long_and_a_file_name(tmp_path: Path) -> None:
+    for text in ("", "...", "東京", "/", "L" * 1000, "é" * 300, "a\x00b"):
+        name = safe_name(text)
+        assert name and len(name) <= 80 and "/" not in name and name not in (".", "..")
+        (tmp_path / name).write_text("ok")  # the filesystem takes it
+    assert safe_name("東京") != safe_name("大阪")
+
+
+def test_read_refuses_a_fifo_at_once_and_names_it(tmp_path: Path) -> None:
+    from orchestrator.errors import FileError, InputError
+
+    fifo = tmp_path / "prd.json"
+    os.mkfifo(fifo)
+    with pytest.raises(FileError, match=r"prd\.json: is a FIFO") as info:
+        read_text(fifo)  # would block forever with a plain open()
+    assert isinstance(info.value, InputError) and isinstance(info.value, OSError)
+
+
+def test_present_tells_absent_from_broken(tmp_path: Path) -> None:
+    from orchestrator.errors import FileError
+    from orchestrator.fsutil import present
+
+    assert present(tmp_path / "nothing.txt") is False
+    (tmp_path / "f.txt").write_text("x")
+    assert present(tmp_path / "f.txt") is True
+    (tmp_path / "d").mkdir()
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    (tmp_path / "dangling").symlink_to(tmp_path / "gone")
+    for name, what in [("d", "a folder"), ("loop", "ELOOP"), ("dangling", "pointing nowhere")]:
+        with pytest.raises(FileError, match=what):
+            present(tmp_path / name)
+
+
+def test_a_failed_write_names_the_file_and_the_fix(tmp_path: Path) -> None:
+    from orchestrator.errors import FileError
+
+    (tmp_path / "ralph").write_text("a file where the logs folder should be\n")
+    target = tmp_path / "ralph" / "logs" / "ledger.jsonl"
+    with pytest.raises(FileError, match=r"ledger\.jsonl: cannot write it: .*Fix: ") as info:
+        atomic_write_text(target, "x\n")
+    assert info.value.filename == str(target)

@@ -3,8 +3,8 @@ test_checks.py, through checks.verify)."""
 
 from __future__ import annotations
 
-from orchestrator.history import merge_history, sections
-from orchestrator.progress import Progress
+from orchestrator.memory.history import merge_history, sections
+from orchestrator.memory.progress import Progress
 
 # A "```" inside a ~~~ block does not open a fence, and an unclosed fence is not structure:
 # both must leave "## US-002" a section of its own, for the parser and for the repair alike.

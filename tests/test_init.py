@@ -10,8 +10,8 @@ import pytest
 
 from orchestrator.cli import main
 from orchestrator.config import load_config
-from orchestrator.progress import Progress
-from orchestrator.scaffold import add_context_indexing, context_section
+from orchestrator.memory.progress import Progress
+from orchestrator.upkeep.scaffold import add_context_indexing, context_section
 
 RALPH = Path(sys.executable).with_name("ralph")
 

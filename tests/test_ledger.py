@@ -96,3 +96,33 @@ def test_concurrent_writers_never_interleave_lines(tmp_path: Path) -> None:
 def test_run_ids_sort_by_time() -> None:
     assert ledger.new_run_id(0) < ledger.new_run_id(100)
     assert ledger.new_run_id(0).startswith("19700101-000000-")
+
+
+def test_failed_append_leaves_the_file_as_it_was(tmp_path: Path, monkeypatch) -> None:
+    path = tmp_path / "ledger.jsonl"
+    lg = ledger.Ledger(path, run_id="r1")
+    lg.event("run_start")
+    before = path.read_bytes()
+    real_write = ledger.os.write
+
+    def half_write(fd: int, data: bytes) -> int:  # what a full disk does: part of the line
+        return real_write(fd, data[: len(data) // 2])
+
+    monkeypatch.setattr(ledger.os, "write", half_write)
+    with pytest.raises(ledger.LedgerWriteError, match="could not append a ledger record"):
+        lg.iteration(_it(1))
+    monkeypatch.undo()
+    assert path.read_bytes() == before
+    lg.event("run_end")
+    lg.close()
+    assert [r["event"] for r in ledger.read(path)] == ["run_start", "run_end"]
+
+
+def test_a_torn_tail_gets_a_newline_before_the_next_record(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.jsonl"
+    path.write_text('{"event": "run_start", "run_id": "r0"}\n{"event": "iteration", "ru')
+    with ledger.Ledger(path, run_id="r1") as lg:
+        lg.event("run_start")
+    records = ledger.read(path)
+    assert records.skipped == [2] and [r["run_id"] for r in records] == ["r0", "r1"]
+    assert "skipped 1 damaged line(s) (line 2)" in records.skipped_note()

@@ -9,7 +9,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from orchestrator.agents.base import AgentResult
-from orchestrator.limits import LimitSignal, detect, is_transient
+from orchestrator.agents.limits import LimitSignal, detect, is_transient
 
 sys.path.insert(0, str(Path(__file__).parent / "fakes"))
 from install import fixtures_dir  # noqa: E402
@@ -61,10 +61,19 @@ def test_five_hour_limit_resets_later_today_in_local_zone_of_now():
     assert sig.reset_at == datetime(2026, 11, 30, 21, 0, tzinfo=UTC)
 
 
-def test_five_hour_limit_time_already_past_means_tomorrow():
+def test_five_hour_limit_time_just_passed_is_not_tomorrow():
+    # Claude Code keeps printing the message after its reset: 1pm read at 13:42 just passed.
+    late = datetime(2026, 11, 30, 13, 42, tzinfo=UTC)
+    sig = detect("You've hit your limit · resets 1pm (UTC)", now=late)
+    assert sig.reset_at == datetime(2026, 11, 30, 13, 0, tzinfo=UTC)
+    assert sig.just_passed(late) and sig.wait_seconds(late) == 0
+
+
+def test_five_hour_limit_time_long_past_means_tomorrow():
     late = datetime(2026, 11, 30, 22, 30, tzinfo=UTC)
-    sig = detect("5-hour limit reached ∙ resets 9pm", now=late)
-    assert sig.reset_at == datetime(2026, 12, 1, 21, 0, tzinfo=UTC)
+    sig = detect("5-hour limit reached ∙ resets 9am", now=late)  # 13.5 h ago: not stale
+    assert sig.reset_at == datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
+    assert not sig.just_passed(late)
 
 
 def test_hit_your_limit_with_named_zone():
@@ -101,7 +110,10 @@ def test_codex_usage_limit_try_again_at():
         "visit https://chatgpt.com/codex/settings/usage to purchase more credits or try "
         "again at 12:16 PM."
     )
-    sig = detect(text, now=NOW)
+    sig = detect(text, now=NOW)  # 1h44 ago: a stale message, the reset just passed
+    assert sig.reset_at == datetime(2026, 11, 30, 12, 16, tzinfo=UTC) and sig.just_passed(NOW)
+    evening = datetime(2026, 11, 30, 18, 0, tzinfo=UTC)  # 5h44 ago: tomorrow's 12:16
+    sig = detect(text, now=evening)
     assert sig.reset_at == datetime(2026, 11, 30, 12, 16, tzinfo=UTC) + timedelta(days=1)
     sig2 = detect(text, now=datetime(2026, 11, 30, 9, 0, tzinfo=UTC))
     assert sig2.reset_at == datetime(2026, 11, 30, 12, 16, tzinfo=UTC)

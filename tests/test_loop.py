@@ -9,14 +9,15 @@ from pathlib import Path
 import pytest
 from run_helpers import git, make_project
 
-from orchestrator import ledger, limits
+from orchestrator import ledger
+from orchestrator.agents import limits
 from orchestrator.agents.base import AgentResult, Usage
-from orchestrator.display import Display
+from orchestrator.agents.runner import RunOutcome
 from orchestrator.errors import BudgetExhausted, Stuck
-from orchestrator.iteration import Attempt, WorkState
-from orchestrator.loop import Loop, RunOptions
 from orchestrator.project import locate
-from orchestrator.runner import RunOutcome
+from orchestrator.run.display import Display
+from orchestrator.run.iteration import Attempt, WorkState
+from orchestrator.run.loop import Loop, RunOptions
 
 NOW = datetime(2026, 11, 30, 6, 0, tzinfo=timezone.utc)
 
@@ -62,6 +63,7 @@ def test_outcomes() -> None:
     assert _attempt().outcome_name() == "no_progress"
     assert _attempt(exit_code=1, error="boom").outcome_name() == "failed"
     assert _attempt(timed_out="idle", exit_code=-15).outcome_name() == "timeout"
+    assert _attempt(timed_out="wall", exit_code=-15, passed=True).outcome_name() == "passed"
     assert _attempt(interrupted=True, passed=True).outcome_name() == "interrupted"
 
 
@@ -139,6 +141,19 @@ def test_limit_wait_uses_reset_time_else_fallback(loop: Loop) -> None:
     assert sum(loop.options.sleep) == pytest.approx(122 + 90, abs=2)
     waits = [r for r in ledger.read(loop.ledger.path) if r["event"] == "limit_wait"]
     assert [w["source"].startswith("no reset") for w in waits] == [False, True]
+
+
+def test_limit_reset_just_passed_rechecks_with_growing_capped_waits(loop: Loop) -> None:
+    # "resets 1pm (UTC)" still shown at 13:42: retry soon, back off while it persists.
+    sig = limits.LimitSignal(NOW - timedelta(minutes=42), "resets 1pm (UTC)", "usage")
+    waits = [loop._wait_for_limit(_It, _attempt(exit_code=1, limit=sig), 0) for _ in range(4)]
+    assert waits == [60, 90, 90, 90]  # limits.recheck doubling, capped at fallback_wait
+    sources = [r["source"] for r in ledger.read(loop.ledger.path) if r["event"] == "limit_wait"]
+    assert sources[-1].endswith("has passed: recheck 4")
+    # A fresh future reset starts the backoff over.
+    future = limits.LimitSignal(NOW + timedelta(seconds=10), "resets soon", "usage")
+    assert loop._wait_for_limit(_It, _attempt(exit_code=1, limit=future), 0) == 12
+    assert loop._wait_for_limit(_It, _attempt(exit_code=1, limit=sig), 0) == 60
 
 
 def test_limit_wait_beyond_max_wait_stops(loop: Loop) -> None:

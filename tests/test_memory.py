@@ -8,9 +8,9 @@ import pytest
 
 from orchestrator import tokens
 from orchestrator.errors import PathEscapeError
-from orchestrator.memory import Memory
-from orchestrator.progress import Progress, new_progress_text
-from orchestrator.references import ReferenceStore
+from orchestrator.memory.progress import Progress, new_progress_text
+from orchestrator.memory.references import ReferenceStore
+from orchestrator.memory.store import Memory
 
 
 def make_project(root: Path, progress_text: str | None) -> SimpleNamespace:

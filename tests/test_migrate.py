@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 from conftest import corpus_cases
 
-from orchestrator import audit, cli, fsutil, migrate, tokens
+from orchestrator import cli, fsutil, tokens
 from orchestrator.errors import InputError
-from orchestrator.prd import Prd
-from orchestrator.progress import Progress
+from orchestrator.memory.prd import Prd
+from orchestrator.memory.progress import Progress
+from orchestrator.upkeep import audit, migrate
 
 CAP = 800  # config default references.max_tokens
 

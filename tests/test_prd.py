@@ -11,7 +11,7 @@ from conftest import corpus_cases
 
 from orchestrator import fsutil
 from orchestrator.errors import InputError
-from orchestrator.prd import Prd, Story, json_spans
+from orchestrator.memory.prd import Prd, Story, json_spans
 
 
 def story(sid: str, **kw: object) -> dict:

@@ -7,7 +7,7 @@ import pytest
 from conftest import corpus_cases
 
 from orchestrator import fsutil
-from orchestrator.progress import (
+from orchestrator.memory.progress import (
     HEADER,
     IndexRow,
     Progress,

@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import cli, project, prompt, tokens
+from orchestrator import cli, project, tokens
 from orchestrator.errors import EXIT_BUDGET, ConfigError
-from orchestrator.memory import Memory
-from orchestrator.prd import Prd
+from orchestrator.memory.prd import Prd
+from orchestrator.memory.store import Memory
+from orchestrator.run import prompt
 
 PRD = {
     "project": "Notes",

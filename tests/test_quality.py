@@ -10,7 +10,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from run_helpers import RALPH, env, make_project  # noqa: E402
 
-from orchestrator import quality  # noqa: E402
+from orchestrator.reports import quality  # noqa: E402
 
 
 def _assistant(name: str, args: dict) -> str:

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import ConfigError, PathEscapeError
-from orchestrator.references import ReferenceStore, slugify
+from orchestrator.memory.references import ReferenceStore, slugify
 
 
 @pytest.mark.parametrize(

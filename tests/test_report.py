@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import report
 from orchestrator.cli import main
 from orchestrator.errors import InputError
+from orchestrator.reports import report
 
 
 def _ledger(path: Path, mode: str, prompts: list[int], run_id: str = "r1") -> Path:
@@ -97,10 +97,11 @@ def test_report_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert (tmp_path / "r" / "ab-tokens.png").is_file()
 
 
-def test_bad_ledger_names_file_and_line(tmp_path: Path) -> None:
+def test_bad_ledger_line_is_skipped_and_counted(tmp_path: Path) -> None:
     bad = tmp_path / "ledger.jsonl"
     bad.write_text('{"event": "run_start"}\nnot json\n')
-    with pytest.raises(InputError, match=r"ledger.jsonl:2: not a JSON ledger line"):
-        report.load_arm(bad)
+    arm = report.load_arm(bad)
+    assert arm.skipped_lines == 1
+    assert "ledger.jsonl: skipped 1 damaged line(s) (line 2)" in arm.skipped_note
     with pytest.raises(InputError, match="no such ledger"):
         report.load_arm(tmp_path / "missing.jsonl")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import runner
+from orchestrator.agents import runner
 
 sys.path.insert(0, str(Path(__file__).parent / "fakes"))
 from install import install  # noqa: E402
@@ -245,11 +245,22 @@ def test_sigterm_to_ralph_ends_the_agent_too(fake, tmp_path, monkeypatch):
     assert signal.getsignal(signal.SIGTERM) == before  # our handler is gone again
 
 
-def test_huge_single_line_arrives_whole_and_fast(tmp_path):
-    code = "import sys; sys.stdout.write('{\"x\": \"' + 'a' * 5_000_000 + '\"}\\nend\\n')"
+def test_line_up_to_the_cap_arrives_whole(tmp_path):
+    n = runner.LINE_HEAD + runner.LINE_TAIL - 10  # 9 of JSON around it, 1 for the pty's \r
+    code = f"import sys; sys.stdout.write('{{\"x\": \"' + 'a' * {n} + '\"}}\\nend\\n')"
     out = runner.run([PY, "-c", code], cwd=tmp_path, wall_timeout=60)
     first, second = out.output.split("\n")
-    assert len(first) == 5_000_009 and second == "end"
+    assert len(first) == n + 9 and second == "end" and out.dropped_bytes == 0
+
+
+def test_huge_single_line_keeps_head_and_tail_and_counts_the_rest(tmp_path):
+    code = "import sys; sys.stdout.write('<' + 'a' * 5_000_000 + '>\\nend\\n')"
+    out = runner.run([PY, "-c", code], cwd=tmp_path, wall_timeout=60)
+    first, second = out.output.split("\n")
+    dropped = 5_000_002 + 1 - (runner.LINE_HEAD + runner.LINE_TAIL)  # + the pty's \r
+    assert first.startswith("<aaa") and first.endswith("aaa>") and second == "end"
+    assert out.dropped_bytes == dropped
+    assert f"[... {dropped} bytes of this line dropped ...]" in first
     assert out.duration_s < 20
 
 

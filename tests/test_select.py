@@ -7,8 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from orchestrator import select as sel
 from orchestrator import tokens
+from orchestrator.run import select as sel
 
 AUTH = sel.Source(
     "Auth flow",
@@ -122,7 +122,7 @@ def test_same_inputs_same_selection() -> None:
 def test_deterministic_across_processes_with_different_hash_seeds() -> None:
     code = (
         f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
-        "from test_select import SOURCES\nfrom orchestrator import select as sel\n"
+        "from test_select import SOURCES\nfrom orchestrator.run import select as sel\n"
         "s = sel.select('logout session auth tokens', SOURCES, budget=80)\n"
         "print(sel.render(s, SOURCES) + repr(s.considered))\n"
     )

@@ -13,8 +13,9 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from run_helpers import RALPH, env  # noqa: E402
 
-from orchestrator import examples, sim_needs  # noqa: E402
-from orchestrator.sim_script import Need, SimScript  # noqa: E402
+from orchestrator.sim import examples  # noqa: E402
+from orchestrator.sim import needs as sim_needs  # noqa: E402
+from orchestrator.sim.script import Need, SimScript  # noqa: E402
 
 # A template that inlines nothing and hides the index: the story and the steps only.
 BAD_TEMPLATE = """<!-- ralph: story={{story_id}} mode=indexed prd={{prd_path}} -->

@@ -7,8 +7,9 @@ from pathlib import Path
 
 from run_helpers import make_project, ralph
 
-from orchestrator import ledger, status
+from orchestrator import ledger
 from orchestrator.project import locate
+from orchestrator.run import status
 
 PROGRESS = (
     "# Ralph Progress Log\nStarted: x\n---\n\n## Progress Index\n"

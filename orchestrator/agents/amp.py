@@ -24,9 +24,6 @@ class AmpAgent(Agent):
     name = "amp"
     binary = "amp"
     default_prompt_via = "stdin"
-    stream_json = True
-    reports_usage = True
-    reports_cost = False
 
     def build_argv(self, prompt_file: Path) -> list[str]:
         argv = self.command() + ["-x", "--stream-json", "--dangerously-allow-all"]

@@ -2,7 +2,7 @@
 
 An adapter knows three things about one coding-agent CLI: how to spawn it (`argv`, `env`,
 `prompt_via`), how to show its output live (`display`), and how to read its output once it
-has exited (`parse`). It never spawns anything itself: `orchestrator.runner` does that, so
+has exited (`parse`). It never spawns anything itself: `orchestrator.agents.runner` does that, so
 only the runner knows about ptys and process groups.
 
 Settings come from ralph.yaml's `agents.<name>` entry (see `orchestrator.config`): `command`
@@ -22,8 +22,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
+from orchestrator.agents.limits import LimitSignal, detect
 from orchestrator.errors import AgentNotFound, ConfigError, InputError
-from orchestrator.limits import LimitSignal, detect
 
 PromptVia = Literal["stdin", "file", "argument"]
 PROMPT_VIAS: tuple[str, ...] = ("stdin", "file", "argument")
@@ -153,17 +153,11 @@ class Agent:
       prompt_via     how the prompt reaches the CLI: "stdin" (the runner redirects the prompt
                      file to fd 0, then EOF), "file" (its path is in argv) or "argument"
                      (its text is in argv; limited to ~128 KiB by Linux).
-      stream_json    output is JSON lines (else plain text).
-      reports_usage  `parse` can fill `usage` from the output.
-      reports_cost   `parse` can fill `cost_usd` from the output.
     """
 
     name: ClassVar[str] = "agent"
     binary: ClassVar[str] = "agent"  # default argv[0]; `agents.<name>.command` overrides
     default_prompt_via: ClassVar[PromptVia] = "stdin"
-    stream_json: ClassVar[bool] = True
-    reports_usage: ClassVar[bool] = True
-    reports_cost: ClassVar[bool] = False
 
     def __init__(self, settings: Any = None) -> None:
         self.settings = AgentSettings.coerce(settings, self.name)
@@ -207,13 +201,34 @@ class Agent:
         """Return the resolved executable path, or raise AgentNotFound naming the fix."""
         exe = self.command()[0]
         # The agent runs with its own env overlay, which may set PATH.
-        found = shutil.which(exe, path=self.env().get("PATH") or os.environ.get("PATH"))
+        search = self.env().get("PATH") or os.environ.get("PATH") or ""
+        found = shutil.which(exe, path=search)
         if not found:
-            raise AgentNotFound(
-                f"agent '{self.name}' not found on PATH: install it or set "
-                f"agents.{self.name}.command in ralph.yaml"
-            )
+            raise AgentNotFound(self._not_runnable(exe, search))
         return found
+
+    def _not_runnable(self, exe: str, search: str) -> str:
+        """Why `exe` cannot be run: a file without the execute bit and a folder are named
+        as such (with the fix); only a name found nowhere is "not found on PATH"."""
+        fix = f"set agents.{self.name}.command in ralph.yaml"
+        if os.sep in exe or (os.altsep and os.altsep in exe):
+            candidates = [Path(exe)]
+            where = f"'{exe}'"
+        else:
+            candidates = [Path(d or ".") / exe for d in search.split(os.pathsep)]
+            where = "PATH"
+        for path in candidates:
+            if path.is_dir():
+                return (
+                    f"agent '{self.name}': {path} is a folder, not a program: {fix} to the "
+                    "executable inside it"
+                )
+            if path.is_file() and not os.access(path, os.X_OK):
+                return (
+                    f"agent '{self.name}': found at {path} but not executable "
+                    f"(chmod +x {shlex.quote(str(path))}), or {fix}"
+                )
+        return f"agent '{self.name}' not found on {where}: install it or {fix}"
 
     # ---- reading output -------------------------------------------------------------------
     def display(self, line: str) -> str | None:

@@ -53,9 +53,6 @@ class ClaudeAgent(Agent):
     name = "claude"
     binary = "claude"
     default_prompt_via = "stdin"
-    stream_json = True
-    reports_usage = True
-    reports_cost = True
 
     def build_argv(self, prompt_file: Path) -> list[str]:
         argv = self.command() + [

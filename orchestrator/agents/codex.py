@@ -26,9 +26,6 @@ class CodexAgent(Agent):
     name = "codex"
     binary = "codex"
     default_prompt_via = "stdin"
-    stream_json = True
-    reports_usage = True
-    reports_cost = False
 
     def build_argv(self, prompt_file: Path) -> list[str]:
         argv = self.command() + [

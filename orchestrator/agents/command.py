@@ -26,9 +26,6 @@ class CommandAgent(Agent):
     name = "command"
     binary = ""
     default_prompt_via = "stdin"
-    stream_json = False
-    reports_usage = False
-    reports_cost = False
 
     def __init__(self, settings: Any = None) -> None:
         super().__init__(settings)

@@ -39,9 +39,6 @@ class GeminiAgent(Agent):
     name = "gemini"
     binary = "gemini"
     default_prompt_via = "stdin"
-    stream_json = True
-    reports_usage = True
-    reports_cost = False
 
     def build_argv(self, prompt_file: Path) -> list[str]:
         argv = self.command() + ["--output-format", "stream-json", "--approval-mode=yolo"]

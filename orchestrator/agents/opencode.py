@@ -29,9 +29,6 @@ class OpencodeAgent(Agent):
     name = "opencode"
     binary = "opencode"
     default_prompt_via = "argument"
-    stream_json = True
-    reports_usage = True
-    reports_cost = True
 
     def build_argv(self, prompt_file: Path) -> list[str]:
         argv = self.command() + ["run", "--format", "json"]

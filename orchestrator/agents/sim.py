@@ -1,16 +1,16 @@
 """The simulated agent (`--tool sim`): a SIMULATION for demos, the README and tests.
 
-It spawns `python -m orchestrator.sim_agent` exactly like a real agent (argv, prompt on
+It spawns `python -m orchestrator.sim.agent` exactly like a real agent (argv, prompt on
 stdin, project root as cwd, through the runner's pty). The simulated agent prints Claude
 Code's stream-json, so this adapter reuses the claude adapter's live display and parser.
 Its usage figures are tiktoken counts of what it read and wrote, priced at a fixed
-$3/M input and $15/M output tokens (see orchestrator/sim_stream.py).
+$3/M input and $15/M output tokens (see orchestrator/sim/stream.py).
 
 ralph.yaml:
 
     agents:
       sim:
-        args: ["--delay", "0.3"]            # any flag of `python -m orchestrator.sim_agent --help`
+        args: ["--delay", "0.3"]            # any flag of `python -m orchestrator.sim.agent --help`
         env: {RALPH_SIM_FAULT: "limit-event", RALPH_SIM_FAULT_TIMES: "1"}
 """
 
@@ -32,12 +32,9 @@ class SimAgent(ClaudeAgent):
     name = "sim"
     binary = "python"
     default_prompt_via = "stdin"
-    stream_json = True
-    reports_usage = True
-    reports_cost = True
 
     def command(self) -> list[str]:
-        return list(self.settings.command or [sys.executable, "-m", "orchestrator.sim_agent"])
+        return list(self.settings.command or [sys.executable, "-m", "orchestrator.sim.agent"])
 
     def build_argv(self, prompt_file: Path) -> list[str]:
         argv = self.command()

@@ -6,10 +6,11 @@ import argparse
 import os
 from pathlib import Path
 
-from orchestrator import ab, stopsignals
-from orchestrator.cli import add_common
+from orchestrator import stopsignals
+from orchestrator.commands.common import add_common
 from orchestrator.errors import UsageError
-from orchestrator.project import locate
+from orchestrator.project import ensure_logs_dir, locate
+from orchestrator.reports import ab
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -67,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     logs_rel = os.path.relpath(project.logs_dir, project.root)
     if args.resume and args.out and args.out.resolve() != args.resume.resolve():
         raise UsageError("--resume DIR already names the output folder: drop --out")
-    out = args.resume or args.out or ab.default_out_dir(project.logs_dir)
+    out = args.resume or args.out or ab.default_out_dir(ensure_logs_dir(project))
     opts = ab.AbOptions(
         out_dir=out,
         tool=args.tool,

@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from orchestrator.cli import add_common
+from orchestrator import project
+from orchestrator.commands.common import add_common
+from orchestrator.upkeep import audit
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -21,8 +23,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from orchestrator import audit, project
-
     proj = project.locate(Path.cwd(), args.ralph_dir)
     findings = audit.check(proj)
     for f in findings:

@@ -3,9 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from orchestrator.cli import add_common
+from orchestrator import lock, project
+from orchestrator.commands.common import add_common
+from orchestrator.memory import journal
+from orchestrator.tokens import fmt
+from orchestrator.upkeep import compact
+
+if TYPE_CHECKING:
+    from orchestrator.project import Project
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -31,12 +40,23 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from orchestrator import compact, project
-    from orchestrator.tokens import fmt
-
     proj = project.locate(Path.cwd(), args.ralph_dir)
-    if args.recover or args.rollback or compact.pending(proj.ralph_dir):
-        done = compact.recover(proj.ralph_dir, rollback=args.rollback)
+    writes = args.apply or args.recover or args.rollback or journal.pending(proj.ralph_dir)
+    # Planning happens under the lock too: a plan made while a run edits memory is stale.
+    guard = lock.memory_lock(proj, _action(args)) if writes else contextlib.nullcontext()
+    with guard:
+        return _run(args, proj)
+
+
+def _action(args: argparse.Namespace) -> str:
+    flags = [f for f, on in (("--apply", args.apply), ("--recover", args.recover)) if on]
+    flags += ["--rollback"] if args.rollback else []
+    return " ".join(["ralph compact", *flags])
+
+
+def _run(args: argparse.Namespace, proj: Project) -> int:
+    if args.recover or args.rollback or journal.pending(proj.ralph_dir):
+        done = journal.recover(proj.ralph_dir, rollback=args.rollback)
         print(f"ralph compact: {done or 'no interrupted apply to recover'}")
         if args.recover or args.rollback:
             return 0
@@ -73,8 +93,6 @@ def _print_plan(plan, fmt) -> None:
 
 
 def _condense(proj, plan, agent: str, *, apply: bool) -> int:
-    from orchestrator import compact
-
     if not plan.oversized:
         print("no reference is over references.max_tokens")
         return 0

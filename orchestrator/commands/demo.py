@@ -11,9 +11,11 @@ import os
 import time
 from pathlib import Path
 
-from orchestrator import ab, examples, stopsignals
+from orchestrator import stopsignals
 from orchestrator.errors import UsageError
 from orchestrator.project import locate
+from orchestrator.reports import ab
+from orchestrator.sim import examples
 
 # Two paired replicates: every figure gets an interval, at twice the time of one run (one
 # replicate of the example takes ~4.7 min with both arms at once on this 2-core machine

@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from orchestrator.cli import add_common
-from orchestrator.scaffold import example_prds, init_project
+from orchestrator import lock, log
+from orchestrator.commands.common import add_common
+from orchestrator.project import locate
+from orchestrator.upkeep.scaffold import example_prds, init_project
 
 _LABEL = {
     "created": "created",
@@ -48,10 +50,11 @@ def _shown(path: Path, root: Path) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from orchestrator import log
-
     log.configure(None, verbose=args.verbose)  # ralph.yaml warnings as stderr lines
-    result = init_project(Path.cwd(), args.ralph_dir, force=args.force, example=args.example)
+    # init writes prd.json/progress.txt (--force replaces them): never under a running loop.
+    found = locate(Path.cwd(), args.ralph_dir)
+    with lock.memory_lock(found, "ralph init"):
+        result = init_project(Path.cwd(), args.ralph_dir, force=args.force, example=args.example)
     project = result.project
     where = "git repository" if project.in_git else "not a git repository"
     print(f"ralph init: project {project.root} ({where})")

@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from orchestrator.cli import add_common
+from orchestrator import lock, project, tokens
+from orchestrator.commands.common import add_common
+from orchestrator.memory import journal
+from orchestrator.tokens import fmt
+from orchestrator.upkeep import migrate
+
+if TYPE_CHECKING:
+    from orchestrator.project import Project
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -22,11 +30,16 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from orchestrator import compact, migrate, project
-    from orchestrator.tokens import fmt
-
     proj = project.locate(Path.cwd(), args.ralph_dir)
-    if compact.pending(proj.ralph_dir):
+    if args.dry_run:
+        return _run(args, proj)
+    # The plan is made under the lock too: one made while a run edits memory is stale.
+    with lock.memory_lock(proj, "ralph migrate"):
+        return _run(args, proj)
+
+
+def _run(args: argparse.Namespace, proj: Project) -> int:
+    if journal.pending(proj.ralph_dir):
         print("ralph migrate: an earlier apply was interrupted; run `ralph compact --recover`")
         return 1
     mig = migrate.prepare(proj)
@@ -60,6 +73,4 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _count(text: str) -> int:
-    from orchestrator import tokens
-
     return tokens.count(text)

@@ -7,7 +7,13 @@ import json
 import sys
 from pathlib import Path
 
-from orchestrator.cli import add_common
+from orchestrator import log
+from orchestrator import project as proj_mod
+from orchestrator.commands.common import add_common
+from orchestrator.errors import InputError
+from orchestrator.memory.prd import Prd
+from orchestrator.memory.store import Memory
+from orchestrator.run import prompt
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -43,12 +49,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from orchestrator import log, prompt
-    from orchestrator import project as proj_mod
-    from orchestrator.errors import InputError
-    from orchestrator.memory import Memory
-    from orchestrator.prd import Prd
-
     log.configure(verbose=args.verbose)  # log lines on stderr: stdout is the prompt only
     project = proj_mod.locate(Path.cwd(), args.ralph_dir)
     prd = Prd.load(project.prd_path)

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
-from orchestrator import report
+from orchestrator.reports import report
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -24,6 +25,9 @@ def run(args: argparse.Namespace) -> int:
     arms = []
     for spec in args.ledgers:
         name, _, path = spec.rpartition("=")
-        arms.append(report.load_arm(Path(path), name=name or None))
+        arm = report.load_arm(Path(path), name=name or None)
+        if arm.skipped_note:
+            print(f"ralph report: warning: {arm.skipped_note}", file=sys.stderr)
+        arms.append(arm)
     print(report.write_report(arms, args.out, stem="ab").summary(), end="")
     return 0

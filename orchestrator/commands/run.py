@@ -12,7 +12,9 @@ import re
 import sys
 from pathlib import Path
 
-from orchestrator.cli import add_common
+from orchestrator import log, project
+from orchestrator.commands.common import add_common
+from orchestrator.run import loop
 
 _NUMBER = re.compile(r"^[0-9]+$")
 
@@ -71,10 +73,23 @@ def _add_flags(p: argparse.ArgumentParser) -> None:
         help="pause between iterations (sleep_between, ralph.sh: 2)",
     )
     p.add_argument(
+        "--max-retries",
+        type=int,
+        metavar="N",
+        help="retries of a failed agent call within one iteration (retries.transient, "
+        "default 3); every retry is an agent call and counts against MAX_ITERATIONS",
+    )
+    p.add_argument(
         "--stuck-after",
         type=int,
         metavar="N",
         help="stop (exit 4) after N iterations in a row without progress",
+    )
+    p.add_argument(
+        "--compat",
+        action="store_true",
+        help="behave like ralph.sh for scripts: exit 1 on every failure and print its "
+        "console lines (ralph.yaml: compat: true)",
     )
     p.add_argument(
         "-q",
@@ -103,7 +118,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "words",
         nargs=argparse.REMAINDER,
         metavar="MAX_ITERATIONS",
-        help="maximum iterations (default: ralph.yaml's max_iterations, else 10)",
+        help="maximum agent calls, retries included, as in ralph.sh (default: ralph.yaml's "
+        "max_iterations, else 10)",
     )
     p.set_defaults(func=run)
 
@@ -118,7 +134,8 @@ def _merge_rest(args: argparse.Namespace) -> tuple[int | None, list[str]]:
     p.set_defaults(**{k: None for k in vars(args) if k not in ("words",)})
     later, unknown = p.parse_known_intermixed_args(args.words)
     for key, value in vars(later).items():
-        if key != "rest" and value not in (None, False):
+        # `is`, not `in`: 0 == False, and `--sleep 0` / `--max-retries 0` are real values.
+        if key != "rest" and value is not None and value is not False:
             setattr(args, key, value)
     max_iter = None
     ignored = list(unknown)
@@ -143,16 +160,20 @@ def overrides(args: argparse.Namespace, max_iterations: int | None) -> dict:
         "timeouts.idle": args.idle_timeout,
         "sleep_between": args.sleep_between,
         "stuck_after": args.stuck_after,
+        "retries.transient": args.max_retries,
+        "compat": True if args.compat else None,
     }
 
 
 def run(args: argparse.Namespace) -> int:
-    from orchestrator import log, loop, project
-
     log.configure(None, verbose=args.verbose)  # config warnings as readable stderr lines
     max_iter, ignored = _merge_rest(args)
     for w in ignored:
         print(f"ralph: warning: ignored argument {w!r} (ralph.sh ignores it too)", file=sys.stderr)
+    # cli.main reads `exit_one`: ralph.sh exits 1 on every failure. The flag counts even
+    # when ralph.yaml cannot be read; the config key once it has been.
+    args.exit_one = bool(args.compat)
     proj = project.locate(Path.cwd(), args.ralph_dir, overrides(args, max_iter))
+    args.exit_one = proj.config.compat
     summary = loop.run(proj, loop.RunOptions(quiet=args.quiet, verbose=args.verbose))
     return summary.exit_code

@@ -12,10 +12,14 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
-from orchestrator.cli import add_common
+from orchestrator import log, project
+from orchestrator.commands.common import add_common
+from orchestrator.errors import UsageError
+from orchestrator.reports import savings
+from orchestrator.tokens import fmt
 
 if TYPE_CHECKING:
-    from orchestrator.savings import Savings
+    from orchestrator.reports.savings import Savings
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -40,9 +44,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from orchestrator import log, project, savings
-    from orchestrator.errors import UsageError
-
     log.configure(verbose=args.verbose)  # log lines on stderr: --json keeps stdout clean
 
     if args.last is not None and args.last < 1:
@@ -63,7 +64,9 @@ def run(args: argparse.Namespace) -> int:
         )
     # Nothing measured (no history, no index): no files, so a wrong folder is not littered.
     measured = bool(result.rows or result.current)
-    paths = savings.write_outputs(result, args.out or proj.logs_dir) if measured else {}
+    paths = {}
+    if measured:
+        paths = savings.write_outputs(result, args.out or project.ensure_logs_dir(proj))
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
         return 0
@@ -85,8 +88,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def table(result: Savings) -> Table:
-    from orchestrator.tokens import fmt
-
     t = Table(box=box.SIMPLE_HEAD, show_footer=True)
     tot = result.totals()
     t.add_column("k", footer="total", justify="right")
@@ -108,8 +109,6 @@ def table(result: Savings) -> Table:
 
 
 def _current(console: Console, cur: dict | None) -> None:
-    from orchestrator.tokens import fmt
-
     if not cur:
         return
     if "error" in cur:

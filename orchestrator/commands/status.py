@@ -10,7 +10,11 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from orchestrator.cli import add_common
+from orchestrator import project
+from orchestrator.commands.common import add_common
+from orchestrator.run import status
+from orchestrator.run.display import duration, money
+from orchestrator.tokens import fmt
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -21,8 +25,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from orchestrator import project, status
-
     proj = project.locate(Path.cwd(), args.ralph_dir)
     st = status.collect(proj)
     if args.json:
@@ -33,9 +35,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def render(st: dict, console: Console) -> None:
-    from orchestrator.display import duration, money
-    from orchestrator.tokens import fmt
-
     s = st["stories"]
     nxt = s["next"]
     console.print(
@@ -86,3 +85,8 @@ def render(st: dict, console: Console) -> None:
         markup=False,
         soft_wrap=True,
     )
+    if last.get("skipped_lines"):
+        console.print(
+            f"ledger: {last['skipped_lines']} damaged line(s) skipped (torn records)",
+            markup=False,
+        )

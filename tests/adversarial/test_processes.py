@@ -28,7 +28,7 @@ import contextlib
 
 from run_helpers import RALPH, env, iterations, ledger, make_project  # noqa: E402
 
-from orchestrator import proctree, runner  # noqa: E402
+from orchestrator.agents import proctree, runner  # noqa: E402
 
 AGENT = Path(__file__).resolve().parent / "spawner_agent.py"
 HAS_CGROUP = proctree.make_cgroup() is not None

@@ -11,7 +11,7 @@ import story_project as sp
 from e2e_support import claude_env, ralph_argv, run_pty
 from fake_anthropic import FakeAnthropic
 
-from orchestrator.report import SUMMARY_ROWS
+from orchestrator.reports.report import SUMMARY_ROWS
 
 
 @pytest.mark.e2e

@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import runner
-from orchestrator.agents import Usage, get_agent
+from orchestrator.agents import Usage, get_agent, runner
 from orchestrator.agents.gemini import INSTRUCTION
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fakes"))  # fake_gemini
@@ -303,6 +302,6 @@ def test_real_amp_accepts_the_adapters_flags(tmp_path, offline_env):
     assert "Couldn't connect to the Amp server at http://127.0.0.1:9" in outcome.output
     assert outcome.exit_code == 1 and result.is_error
 
-    from orchestrator.limits import is_transient
+    from orchestrator.agents.limits import is_transient
 
     assert is_transient(result, outcome.output)  # a network failure is worth a retry

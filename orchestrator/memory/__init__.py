@@ -1,0 +1,1 @@
+"""Ralph's files: prd.json, progress.txt and its index, the references."""

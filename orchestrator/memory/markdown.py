@@ -1,0 +1,134 @@
+"""The one markdown reading of Ralph's files: lines, code fences, `## ` sections, table rows.
+
+Every module that needs structure from progress.txt or a reference asks here, so that
+`ralph run`, `ralph check`, `ralph compact`, `ralph migrate` and the history repair agree on
+what is a section, what is inside a code fence and what is an index row.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+# "## " starts a section; "### " and deeper stay inside the section above.
+SECTION_START = re.compile(r"## (?!#)")
+_FENCE = re.compile(r" {0,3}(`{3,}|~{3,})(.*)")
+_SEPARATOR_CELL = re.compile(r":?-{1,}:?")
+
+
+def split_lines(text: str) -> list[str]:
+    """Split after each "\\n" only (str.splitlines also splits on \\x0c, \\u2028 ...), so
+    joining the lines gives the text back byte for byte."""
+    return re.findall(r"[^\n]*\n|[^\n]+\Z", text)
+
+
+def fenced_lines(lines: list[str]) -> set[int]:
+    """Line numbers inside closed ``` / ~~~ code blocks, fences included (pasted markdown is
+    not structure). CommonMark rules: a backtick opener has no backtick after it; the closer
+    uses the same character, at least as many, and nothing else. An unclosed fence is
+    ignored rather than swallowing the rest of the log (a stray ``` must not hide entries)."""
+    fenced: set[int] = set()
+    open_at: int | None = None
+    marker = ""
+    for i, line in enumerate(lines):
+        m = _FENCE.match(line)
+        if open_at is None:
+            if m and not (m.group(1)[0] == "`" and "`" in m.group(2)):
+                open_at, marker = i, m.group(1)
+        elif (
+            m
+            and m.group(1)[0] == marker[0]
+            and len(m.group(1)) >= len(marker)
+            and not m.group(2).strip()
+        ):
+            fenced.update(range(open_at, i + 1))
+            open_at = None
+    return fenced
+
+
+def section_starts(lines: list[str]) -> list[int]:
+    """Indexes of the `## ` heading lines outside code fences."""
+    fenced = fenced_lines(lines)
+    return [i for i, line in enumerate(lines) if i not in fenced and SECTION_START.match(line)]
+
+
+def sections(lines: list[str]) -> list[tuple[str, int, int]]:
+    """(heading, start, end) of every `## ` section; `end` is exclusive."""
+    starts = section_starts(lines)
+    ends = [*starts[1:], len(lines)]
+    return [(lines[s].rstrip(), s, e) for s, e in zip(starts, ends, strict=False)]
+
+
+def escape_cell(value: str) -> str:
+    """One table cell: whitespace collapsed (a cell is one line), "|" escaped as GFM does."""
+    return " ".join(value.split()).replace("|", "\\|")
+
+
+def split_row(line: str) -> list[str] | None:
+    """The cells of a table row `| a | b |` (`\\|` is a literal bar), or None when the line
+    is not one (it must start and end with "|")."""
+    body = line.strip()
+    if not (body.startswith("|") and body.endswith("|")) or len(body) < 2:
+        return None
+    cells, cur, i = [], "", 1
+    while i < len(body) - 1:
+        ch = body[i]
+        if ch == "\\" and i + 1 < len(body) - 1 and body[i + 1] == "|":
+            cur += body[i + 1]
+            i += 2
+            continue
+        if ch == "|":
+            cells.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+        i += 1
+    cells.append(cur.strip())
+    return cells
+
+
+def is_separator(cells: list[str]) -> bool:
+    return all(_SEPARATOR_CELL.fullmatch(c) for c in cells)
+
+
+@dataclass(frozen=True)
+class TableLine:
+    """A line of a table region: `cells` is None when it starts with "|" but is no row."""
+
+    n: int  # index in the lines given
+    text: str
+    cells: list[str] | None
+
+
+def data_rows(lines: list[str]) -> list[tuple[int, list[str]]]:
+    """(line index, cells) of a section's data rows, the section's heading at index 0: not
+    separators, not a header row (the row followed by a |---| line), at least two cells and
+    a non-empty first cell. This is THE rule for an index row."""
+    cells_by_line = [split_row(line) for line in lines]
+    out = []
+    for n in range(1, len(lines)):
+        cells = cells_by_line[n]
+        if not cells or len(cells) < 2 or is_separator(cells) or not cells[0]:
+            continue
+        nxt = cells_by_line[n + 1] if n + 1 < len(lines) else None
+        if nxt and is_separator(nxt):
+            continue
+        out.append((n, cells))
+    return out
+
+
+def malformed_rows(lines: list[str]) -> list[tuple[int, str]]:
+    """(line index, text) of lines that start with "|" but that `data_rows` cannot read as
+    a row, a separator or a header: what `ralph check` reports as a malformed index line."""
+    rows = {n for n, _ in data_rows(lines)}
+    out = []
+    for n in range(1, len(lines)):
+        body = lines[n].strip()
+        if not body.startswith("|") or n in rows:
+            continue
+        cells = split_row(lines[n])
+        nxt = split_row(lines[n + 1]) if n + 1 < len(lines) else None
+        if cells is not None and (is_separator(cells) or (nxt and is_separator(nxt))):
+            continue
+        out.append((n, body))
+    return out

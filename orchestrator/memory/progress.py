@@ -1,0 +1,502 @@
+"""The progress.txt model: header, Codebase Patterns, Progress Index and the narrative log.
+
+progress.txt is the user's history and real files vary wildly, so the model is lossless by
+construction: the text is cut into raw segments (the header, then one segment per "## "
+section) and render() is their concatenation. Every change builds a new Progress by
+replacing or adding one segment, so nothing else in the file can move. Structure (entries,
+learnings, index rows) is read from the segments and never written back from a re-rendering.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import functools
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from orchestrator import fsutil
+from orchestrator.memory.markdown import (
+    SECTION_START,
+    data_rows,
+    escape_cell,
+    fenced_lines,
+    split_lines,
+)
+
+HEADER = "# Ralph Progress Log\nStarted: {date}\n---\n"
+INDEX_HEADING = "## Progress Index"
+INDEX_TABLE_HEAD = "| Topic | Reference Path |\n|---|---|\n"
+
+INDEX_HEADING_LINE = re.compile(r"##\s+progress index\s*$", re.IGNORECASE)
+_PATTERNS = re.compile(r"##\s+codebase patterns\b", re.IGNORECASE)
+
+
+def new_progress_text(date: str | None = None, with_index: bool = False) -> str:
+    """What ralph.sh writes for a fresh log; `date` defaults to `date`-style local time."""
+    if date is None:
+        date = _dt.datetime.now().astimezone().strftime("%a %b %d %H:%M:%S %Z %Y")
+    text = HEADER.format(date=date)
+    if with_index:
+        text += "\n" + INDEX_HEADING + "\n" + INDEX_TABLE_HEAD
+    return text
+
+
+@dataclass
+class IndexRow:
+    topic: str
+    path: str
+
+
+@dataclass
+class Entry:
+    heading: str
+    story_ids: list[str]
+    date: str | None
+    text: str
+    files_changed: list[str] = field(default_factory=list)
+    learnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Segment:
+    kind: str  # header | patterns | index | entry | other
+    text: str
+
+
+def _split(text: str) -> list[_Segment]:
+    lines = split_lines(text)
+    fenced = fenced_lines(lines)
+    starts = [i for i, line in enumerate(lines) if i not in fenced and SECTION_START.match(line)]
+    segments = [_Segment("header", "".join(lines[: starts[0] if starts else len(lines)]))]
+    for n, start in enumerate(starts):
+        end = starts[n + 1] if n + 1 < len(starts) else len(lines)
+        kind = _kind(lines[start])
+        if kind == "index":
+            segments.extend(_cut_index(lines[start:end]))
+        else:
+            segments.append(_Segment(kind, "".join(lines[start:end])))
+    if not any(s.kind == "entry" for s in segments):
+        segments = _split_fallback(segments)
+    return segments
+
+
+def _cut_index(lines: list[str]) -> list[_Segment]:
+    """The index section is its heading, its table (the first run of "|" lines; a blank line
+    ends a markdown table) and the blank lines after it. Text that follows (a header's
+    remainder, notes) becomes an untyped segment, so the index is exactly what it shows."""
+    rows = [i for i, line in enumerate(lines) if i and line.lstrip().startswith("|")]
+    end = rows[0] if rows else 1  # a line of prose before the table stays in the index
+    while end < len(lines) and lines[end].lstrip().startswith("|"):
+        end += 1
+    while end < len(lines) and not lines[end].strip():
+        end += 1
+    out = [_Segment("index", "".join(lines[:end]))]
+    if end < len(lines):
+        out.append(_Segment("other", "".join(lines[end:])))
+    return out
+
+
+def _kind(heading: str) -> str:
+    if INDEX_HEADING_LINE.match(heading.strip()):
+        return "index"
+    if _PATTERNS.match(heading):
+        return "patterns"
+    return "entry" if looks_like_entry(heading) else "other"
+
+
+def _split_fallback(segments: list[_Segment]) -> list[_Segment]:
+    """Logs without "## " entries ("[date] Story: ..." blocks, a bullet per story): cut the
+    other segments at each entry start; the text stays in order. Inside the Codebase
+    Patterns only the unmistakable "[date] Story:" form starts an entry."""
+    out: list[_Segment] = []
+    for seg in segments:
+        lines = split_lines(seg.text)
+        starts = fallback_entry_starts(lines, strict=seg.kind == "patterns")
+        if lines and SECTION_START.match(lines[0]):
+            starts = [i for i in starts if i > 0]  # a section keeps its "## " line
+        if not starts:
+            out.append(seg)
+            continue
+        out.append(_Segment(seg.kind, "".join(lines[: starts[0]])))
+        for n, start in enumerate(starts):
+            end = starts[n + 1] if n + 1 < len(starts) else len(lines)
+            out.append(_Segment("entry", "".join(lines[start:end])))
+    return out
+
+
+def _parse_rows(index_text: str) -> list[IndexRow]:
+    return [IndexRow(c[0], c[1].strip("`").strip()) for _, c in data_rows(split_lines(index_text))]
+
+
+def _key(topic: str) -> str:
+    """Topics match case- and whitespace-insensitively ("Auth  Flow" is "auth flow")."""
+    return " ".join(topic.split()).lower()
+
+
+class Progress:
+    def __init__(self, segments: list[_Segment]) -> None:
+        self._segments = segments
+        self.text = "".join(s.text for s in segments)
+
+    @classmethod
+    def parse(cls, text: str) -> Progress:
+        return cls(_split(text))
+
+    @classmethod
+    def load(cls, path: Path) -> Progress:
+        """A missing file is an empty log (Ralph creates it on first run)."""
+        path = Path(path)
+        return cls.parse(fsutil.read_text(path) if path.exists() else "")
+
+    def render(self) -> str:
+        return self.text
+
+    # -- views -----------------------------------------------------------------------------
+
+    @property
+    def newline(self) -> str:
+        return "\r\n" if "\r\n" in self.text else "\n"
+
+    @property
+    def header(self) -> str:
+        return self._segments[0].text
+
+    @property
+    def codebase_patterns(self) -> str | None:
+        seg = self._first("patterns")
+        if seg is None:
+            return None
+        return "".join(split_lines(seg.text)[1:])
+
+    @property
+    def has_index(self) -> bool:
+        return self._first("index") is not None
+
+    @property
+    def index_text(self) -> str:
+        seg = self._first("index")
+        return seg.text if seg else ""
+
+    @property
+    def index_rows(self) -> list[IndexRow]:
+        return _parse_rows(self.index_text)
+
+    @property
+    def entries(self) -> list[Entry]:
+        """The log's entries in file order (a copy; reading them is cached)."""
+        return list(self._entries)
+
+    @functools.cached_property
+    def _entries(self) -> list[Entry]:
+        # A Progress never changes after construction (changes build a new one), so caching
+        # is safe; extraction is the costly part of reading a long log.
+        return [_entry(s.text) for s in self._segments if s.kind == "entry"]
+
+    def _first(self, kind: str) -> _Segment | None:
+        return next((s for s in self._segments if s.kind == kind), None)
+
+    # -- changes (each returns a new Progress; self is unchanged) --------------------------
+
+    def with_index_row(self, topic: str, path: str) -> Progress:
+        """Add the row, or update the path of the row with this topic (case-insensitive)."""
+        if not topic.strip() or not path.strip():
+            raise ValueError("an index row needs a topic and a path")
+        nl = self.newline
+        row = f"| {escape_cell(topic)} | {escape_cell(path)} |{nl}"
+        seg = self._first("index")
+        if seg is None:
+            section = INDEX_HEADING + nl + INDEX_TABLE_HEAD.replace("\n", nl) + row
+            wanted = IndexRow(" ".join(topic.split()), " ".join(path.split()))
+            return self._insert_index(section, wanted)
+        lines = split_lines(seg.text)
+        for i, cells in data_rows(lines):
+            if _key(cells[0]) == _key(topic):
+                if cells[1].strip("`").strip() == path.strip():
+                    return self
+                # Keep the row's own topic spelling and any extra columns; change the path.
+                kept = [cells[0], path, *cells[2:]]
+                row = "| " + " | ".join(escape_cell(c) for c in kept) + " |" + nl
+                lines[i] = row if lines[i].endswith("\n") else row.rstrip("\r\n")
+                return self._replace(seg, "".join(lines))
+        return self._replace(seg, _insert_row(lines, row, nl))
+
+    def without_index_row(self, topic: str) -> Progress:
+        seg = self._first("index")
+        if seg is None:
+            return self
+        lines = split_lines(seg.text)
+        drop = {i for i, cells in data_rows(lines) if _key(cells[0]) == _key(topic)}
+        if not drop:
+            return self
+        return self._replace(seg, "".join(x for i, x in enumerate(lines) if i not in drop))
+
+    def append_entry(self, block: str) -> Progress:
+        """Append a log block at the very end; earlier bytes are never touched."""
+        nl = self.newline
+        if nl != "\n":
+            block = block.replace("\r\n", "\n").replace("\n", nl)
+        if not block.endswith(nl):
+            block += nl
+        text = self.text
+        prefix = "" if not text or text.endswith("\n") else nl
+        return Progress.parse(text + prefix + block)
+
+    def _replace(self, seg: _Segment, new_text: str) -> Progress:
+        # Re-parse the result so a changed Progress is always exactly parse(render()).
+        return Progress.parse("".join(new_text if s is seg else s.text for s in self._segments))
+
+    def _insert_index(self, section: str, row: IndexRow) -> Progress:
+        """A new index goes right after the header block, before everything else (at the very
+        top if that spot would fall inside a code block)."""
+        for cut in (_header_end(self._segments[0].text), 0):
+            new = Progress.parse(self._with_section_at(cut, section))
+            if row in new.index_rows:
+                return new
+        raise AssertionError("unreachable: a heading on the first line is always a section")
+
+    def _with_section_at(self, cut: int, section: str) -> str:
+        nl, text = self.newline, self.text
+        pre, post = text[:cut], text[cut:]
+        # Keep a blank line between the header and the table, and between it and what follows.
+        if not pre or pre.endswith("\n\n") or pre.endswith("\n\r\n"):
+            lead = ""
+        else:
+            lead = nl if pre.endswith("\n") else nl + nl
+        tail = nl if post and not post.startswith(("\n", "\r\n")) else ""
+        return pre + lead + section + tail + post
+
+
+def _header_end(header: str) -> int:
+    """Offset just after the Ralph header block: its "---" line, else its title paragraph."""
+    lines = split_lines(header)
+    offset = 0
+    for line in lines[:10]:
+        offset += len(line)
+        if line.strip() == "---":
+            return offset
+    if not lines or not lines[0].startswith("#"):
+        return 0
+    offset = 0
+    for line in lines:
+        if not line.strip():
+            break
+        offset += len(line)
+    return offset
+
+
+def _insert_row(lines: list[str], row: str, nl: str) -> str:
+    """Insert after the last table line of the section (before trailing blank/other lines)."""
+    last = 0
+    for i, line in enumerate(lines):
+        if line.lstrip().startswith("|"):
+            last = i
+    if last == 0:  # heading with no table yet
+        table = INDEX_TABLE_HEAD.replace("\n", nl)
+        first = lines[0] if lines[0].endswith("\n") else lines[0] + nl
+        return first + table + row + "".join(lines[1:])
+    if not lines[last].endswith("\n"):
+        lines[last] += nl
+    return "".join(lines[: last + 1]) + row + "".join(lines[last + 1 :])
+
+
+def _entry(text: str) -> Entry:
+    heading = split_lines(text)[0].rstrip("\r\n") if text else ""
+    return Entry(
+        heading=heading,
+        story_ids=extract_story_ids(heading) or _body_story_ids(text),
+        date=extract_date(heading),
+        text=text,
+        files_changed=extract_files(text),
+        learnings=extract_learnings(text),
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# Reading entries. Headings seen in real logs: "2026-01-13 23:48 - US-001",
+# "US-001: title", "2026-01-30 - T006, T007", "CD-sux - title" (beads), "Iteration 3 - ...",
+# "Session 1: 2026-02-03", "[Sat Jan 10 13:30] - US-001", "TASK-001: title (2026-03-24)".
+
+_ID = re.compile(
+    r"(?<![\w.-])(?:[A-Za-z][A-Za-z0-9]*(?:-[A-Za-z0-9]+)*-\d+[A-Za-z0-9]*(?:\.\d+)*"
+    r"|[A-Z]{1,5}\d{2,}(?:\.\d+)*)(?![\w-])"
+)
+_LEADING_ID = re.compile(r"\s*([A-Za-z][\w.]*(?:-[\w.]+)+)\s*(?:[-–—:]|$)")
+_MONTHS = "Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec"
+_DATE = re.compile(
+    r"\d{4}-\d{2}-\d{2}(?:[ T]\d{1,2}:\d{2}(?::\d{2})?(?: ?[A-Z]{2,5}\b)?)?"
+    rf"|(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun)[a-z]* +(?:{_MONTHS})[a-z]* +\d{{1,2}}"
+    r"(?: +\d{1,2}:\d{2}(?::\d{2})?)?(?: +[A-Z]{2,5})?(?: +\d{4})?"
+)
+_ENTRY_WORD = re.compile(r"\s*\[?\s*(?:iteration|session|story|task)\s*#?\s*\d", re.IGNORECASE)
+# Entry starts in logs without "## " entries: "[2026-01-08 12:42] Story: US-001 - ...",
+# "- [2026-01-16] Feature 1: ...", "- US-001: Complete. ..." (a bullet per story).
+_DATED_START = re.compile(
+    r"(?:[-*] +)?\[\d{4}-\d{2}-\d{2}[^\]]*\]\s*(?:story|task|feature|us-|[A-Z]+-\d)",
+    re.IGNORECASE,
+)
+_ID_BULLET_START = re.compile(r"(?:[-*] +)?[A-Z][A-Z0-9]*-\d+[\w.]*\s*(?::|\s[-–—]\s)")
+# "**Story**: 1.1.0 - title" in the body, when the heading ("Iteration 3 - date") has no id.
+_BODY_STORY = re.compile(r"\W*(?:story|task|issue)\W*:\W*([\w][\w.-]*\d[\w.-]*)\b", re.IGNORECASE)
+
+
+def extract_story_ids(heading: str) -> list[str]:
+    text = re.sub(r"^#+\s*", "", heading)
+    ids = [m.group(0) for m in _ID.finditer(text)]
+    lead = _LEADING_ID.match(text)
+    if lead and not _DATE.match(text) and lead.group(1) not in ids:
+        ids.insert(0, lead.group(1))
+    return list(dict.fromkeys(ids))
+
+
+def extract_date(heading: str) -> str | None:
+    m = _DATE.search(heading)
+    return m.group(0) if m else None
+
+
+def looks_like_entry(heading: str) -> bool:
+    text = re.sub(r"^#+\s*", "", heading)
+    return bool(extract_story_ids(text) or _DATE.search(text) or _ENTRY_WORD.match(text))
+
+
+def _body_story_ids(text: str) -> list[str]:
+    for line in split_lines(text)[1:6]:
+        m = _BODY_STORY.match(line)
+        if m:
+            return [m.group(1).rstrip(".")]
+    return []
+
+
+def fallback_entry_starts(lines: list[str], strict: bool = False) -> list[int]:
+    """Line numbers where a "[date] Story: ..." style entry starts, in logs without "## "."""
+    return [
+        i
+        for i, line in enumerate(lines)
+        if _DATED_START.match(line) or (not strict and _ID_BULLET_START.match(line))
+    ]
+
+
+_FILES_LABEL = re.compile(
+    r"(?:files?(?:[ _](?:changed|modified|created|touched|updated|added))?|file modificati)\b",
+    re.IGNORECASE,
+)
+_LEARN_LABEL = re.compile(
+    r"(?:key )?learnings?\b(?: for future iterations)?|lessons? learned|gotchas"
+    r"|notes? for (?:the )?next (?:developer|person|iteration)s?|note per il prossimo",
+    re.IGNORECASE,
+)
+_BULLET = re.compile(r"(\s*)(?:[-*+]|\d+[.)])\s+(.*)")
+# A file path: a name with an extension, optionally in folders, or a folder ending in "/".
+_EXT_PATH = re.compile(r"(?:[\w@~.+\[\]()-]+/)*[\w@~+\[\]()-][\w@~.+\[\]()-]*\.[A-Za-z]\w{0,7}")
+_DIR_PATH = re.compile(r"(?:[\w@~.+\[\]()-]+/)+")
+# One leading path: "`a.ts`", "a.ts (new)", "a.ts: what changed", "a.ts - what changed".
+_LEAD = re.compile(
+    r"\s*(?:\*\*)?`?([^\s`,;:*]+)`?(?:\*\*)?\s*(?:\([^)]*\))?\s*(?P<tail>(?::|[-–—]\s).*)?$",
+    re.DOTALL,
+)
+_SLASHED = re.compile(r"[\w@~.+-]*(?:/[\w@~.+\[\]()-]+)+/?")
+
+
+_LABEL_LEAD = re.compile(r"(\s*)([-*+] +)?(#{1,6} +)?(\*\*|__)?")
+_LABEL_TAIL = re.compile(r"\s*(?:\*\*|__)?\s*:\s*(?:\*\*|__)?|\s*(?:\*\*|__)\s*$|\s*$")
+
+
+def _label(line: str, label: re.Pattern[str]) -> tuple[int, bool, str] | None:
+    """(indent, is_bullet, inline rest) if the line is `label:` as bullet, bold or heading."""
+    m = _LABEL_LEAD.match(line)
+    assert m  # every part is optional
+    rest = line[m.end() :]
+    lm = label.match(rest)
+    if not lm:
+        return None
+    tail = rest[lm.end() :]
+    tm = _LABEL_TAIL.match(tail)
+    if not tm or (not m.group(3) and ":" not in tail[: tm.end()] and tail.strip()):
+        return None
+    if not m.group(3) and ":" not in tail[: tm.end()]:
+        return None  # "Files" alone only counts as a heading ("### Files Changed")
+    return len(m.group(1)), bool(m.group(2)), tail[tm.end() :].strip()
+
+
+def _labelled_items(text: str, label: re.Pattern[str]) -> list[str]:
+    """Items under each `label:` line: its inline text and the bullets nested below it."""
+    items: list[str] = []
+    lines = [line.rstrip("\r\n") for line in split_lines(text)]
+    i = 0
+    while i < len(lines):
+        found = _label(lines[i], label)
+        i += 1
+        if not found:
+            continue
+        indent, is_bullet, inline = found
+        if inline:
+            items.append(inline)
+        got = False
+        while i < len(lines):
+            line = lines[i]
+            if not line.strip():
+                # A blank line ends the list unless the list goes on after it; right after
+                # a bare label ("### Files Changed" + blank) the list has yet to start.
+                nxt = next((x for x in lines[i + 1 :] if x.strip()), "")
+                if (got and not _continues(nxt, indent, is_bullet)) or (inline and not got):
+                    break
+                i += 1
+                continue
+            b = _BULLET.match(line)
+            deeper = len(line) - len(line.lstrip())
+            if b and _continues(line, indent, is_bullet):
+                if _label(line, _FILES_LABEL) or _label(line, _LEARN_LABEL):
+                    break
+                items.append(b.group(2).rstrip())
+                got = True
+            elif got and not b and deeper > indent:
+                items[-1] += "\n" + line.strip()  # a wrapped bullet continues
+            else:
+                break
+            i += 1
+    return items
+
+
+def _continues(line: str, indent: int, label_is_bullet: bool) -> bool:
+    """Is `line` an item of the list under a label at `indent`?"""
+    if not _BULLET.match(line):
+        return False
+    deeper = len(line) - len(line.lstrip())
+    return deeper > indent or (not label_is_bullet and deeper >= indent)
+
+
+def extract_learnings(text: str) -> list[str]:
+    return _labelled_items(text, _LEARN_LABEL)
+
+
+def _paths_in(item: str) -> list[str]:
+    """Paths named by one "files changed" item: the leading run of comma-separated paths
+    ("src/a.ts, b.ts: did x", "`a.ts` (new)"), else every backticked path, else every bare
+    token that is unmistakably a file (has an extension) or a folder (ends with "/")."""
+    leading: list[str] = []
+    for piece in item.split(","):
+        m = _LEAD.match(piece)
+        if not m or not _is_path(m.group(1)):
+            break
+        leading.append(m.group(1))
+        if m.group("tail"):
+            break  # "a.ts: did x, y" - the rest is prose
+    if leading:
+        return leading
+    ticked = [t.strip() for t in re.findall(r"`([^`]+)`", item)]
+    found = [t for t in ticked if _is_path(t)]
+    if found:
+        return found
+    bare = [t.strip("*:.'\"()") for t in re.split(r"[\s,;]+", item)]
+    return [t for t in bare if _EXT_PATH.fullmatch(t) or _DIR_PATH.fullmatch(t)]
+
+
+def _is_path(token: str) -> bool:
+    return bool(_EXT_PATH.fullmatch(token) or _SLASHED.fullmatch(token))
+
+
+def extract_files(text: str) -> list[str]:
+    found: list[str] = []
+    for item in _labelled_items(text, _FILES_LABEL):
+        found.extend(_paths_in(item))
+    return list(dict.fromkeys(found))

@@ -1,0 +1,85 @@
+"""What an iteration remembers: progress.txt plus the reference files its index names.
+
+Loading never fails on a missing file (a fresh project has no progress.txt, and an index row
+may name a reference not yet written): such references come back with `exists=False`. An
+index row whose path would leave the references folder is an error (PathEscapeError naming
+progress.txt, the row and the rule), because silently skipping it would hide an attack or a
+typo.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from orchestrator import fsutil, tokens
+from orchestrator.errors import PathEscapeError
+from orchestrator.memory.progress import Progress
+
+
+@dataclass
+class Reference:
+    topic: str
+    path: str  # as written in the index (root-relative posix, or a bare name)
+    text: str
+    tokens: int
+    exists: bool
+
+
+@dataclass
+class Memory:
+    progress: Progress
+    progress_text: str
+    references: list[Reference]
+    encoding: str = field(default=tokens.DEFAULT_ENCODING)
+
+    @classmethod
+    def load(cls, project: Any) -> Memory:
+        """`project` is a project.Project, or anything with root, progress_path, references
+        (a ReferenceStore) and config.encoding."""
+        encoding = _encoding(project)
+        progress_path = Path(project.progress_path)
+        text = fsutil.read_text(progress_path) if fsutil.present(progress_path) else ""
+        progress = Progress.parse(text)
+        store = project.references
+        refs = [
+            _reference(store, row.topic, row.path, encoding, progress_path)
+            for row in progress.index_rows
+        ]
+        return cls(progress=progress, progress_text=text, references=refs, encoding=encoding)
+
+    def full_history_tokens(self, encoding: str | None = None) -> int:
+        """What Ralph itself would load each iteration: all of progress.txt."""
+        return tokens.count(self.progress_text, encoding or self.encoding)
+
+    def reference(self, topic: str) -> Reference | None:
+        key = topic.strip().lower()
+        return next((r for r in self.references if r.topic.lower() == key), None)
+
+    @property
+    def existing(self) -> list[Reference]:
+        return [r for r in self.references if r.exists]
+
+
+def _encoding(project: Any) -> str:
+    config = getattr(project, "config", None)
+    return getattr(config, "encoding", None) or tokens.DEFAULT_ENCODING
+
+
+def _reference(store: Any, topic: str, path: str, encoding: str, progress: Path) -> Reference:
+    try:
+        file = store.resolve(path)
+    except PathEscapeError as e:
+        raise PathEscapeError(f"{progress}: Progress Index row {topic!r}: {e}") from None
+    # An unreadable reference (permissions, a folder or FIFO in its place) is an error that
+    # names it, never a silently empty memory.
+    if not fsutil.present(file):
+        return Reference(topic=topic, path=path, text="", tokens=0, exists=False)
+    try:
+        text = fsutil.read_text(file)
+    except FileNotFoundError:  # removed between the check and the read
+        return Reference(topic=topic, path=path, text="", tokens=0, exists=False)
+    return Reference(
+        topic=topic, path=path, text=text, tokens=tokens.count(text, encoding), exists=True
+    )

@@ -1,0 +1,1 @@
+"""A/B arms, reports and charts from ledgers, replaying a history."""

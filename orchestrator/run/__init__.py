@@ -1,0 +1,1 @@
+"""The loop: iterations, prompt assembly, selection, post-story checks, budgets."""

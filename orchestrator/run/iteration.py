@@ -1,0 +1,312 @@
+"""One iteration of the loop in small steps: prepare, spawn (maybe several attempts), assess,
+record. `loop.Loop` decides what to do with an attempt (wait out a limit, retry, go on).
+
+Progress is measured from the outside, never from what the agent says: prd.json (did the
+story pass), git HEAD (a commit) and a fingerprint of the working tree (a file changed),
+with the ralph logs folder excluded (the ledger and transcripts change every iteration).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from orchestrator import fsutil, git, redact
+from orchestrator.agents import limits, runner
+from orchestrator.errors import InputError
+from orchestrator.run import checks
+
+if TYPE_CHECKING:
+    from orchestrator.run.loop import Loop
+
+log = structlog.get_logger()
+SENTINEL = "<promise>COMPLETE</promise>"
+
+
+@dataclass(frozen=True)
+class WorkState:
+    """HEAD and a digest of the uncommitted changes (content, not just paths: an agent that
+    edits an already-dirty file made progress too)."""
+
+    head: str | None
+    tree: str | None
+
+    @classmethod
+    def capture(cls, root: Path, exclude: list[str]) -> WorkState:
+        head = git.head(root)
+        spec = ["--", "."] + [f":(exclude){e}" for e in exclude]
+        status = git.output(
+            ["--no-optional-locks", "status", "--porcelain=v1", "-uall", *spec], root
+        )
+        if status is None:
+            return cls(head=None, tree=None)
+        diff = (
+            git.output(["diff", "HEAD", "--no-ext-diff", "--binary", *spec], root) if head else ""
+        )
+        h = hashlib.sha256((status + "\0" + (diff or "")).encode())
+        # Untracked files are in `status` by name only: hash their content too.
+        for line in status.splitlines():
+            if line.startswith("?? "):
+                p = root / line[3:].strip('"')
+                if p.is_file():
+                    h.update(p.read_bytes())
+        return cls(head=head.strip() if head else None, tree=h.hexdigest())
+
+
+@dataclass
+class Attempt:
+    """One spawn of the agent and what came of it."""
+
+    n: int
+    outcome: runner.RunOutcome
+    result: Any  # agents.AgentResult
+    passed: bool
+    all_passed: bool
+    prd_error: str | None
+    before: WorkState
+    after: WorkState
+    transcript: Path
+
+    @property
+    def interrupted(self) -> bool:
+        return bool(self.outcome.interrupted)
+
+    @property
+    def exit_code(self) -> int | None:
+        return self.outcome.exit_code
+
+    @property
+    def duration_s(self) -> float:
+        return round(self.outcome.duration_s, 2)
+
+    @property
+    def error(self) -> str | None:
+        return self.prd_error or (self.result.error if self.result.is_error else None)
+
+    @property
+    def committed(self) -> bool:
+        return self.after.head != self.before.head
+
+    @property
+    def files_changed(self) -> bool:
+        return self.after.tree != self.before.tree or self.committed
+
+    @property
+    def limit(self) -> limits.LimitSignal | None:
+        if self.passed or self.interrupted or self.outcome.timed_out:
+            return None
+        return self.result.limit
+
+    @property
+    def transient(self) -> bool:
+        """Worth a quick retry: a known transient error, or a crash that changed nothing."""
+        if self.passed or self.interrupted or self.outcome.timed_out or self.limit:
+            return False
+        if self.known_transient:
+            return True
+        return self.exit_code not in (0, None) and not self.files_changed
+
+    @property
+    def known_transient(self) -> bool:
+        """The failure names a passing cause (5xx, overload, network): worth backing off for.
+        An unexplained crash is retried too, but after sleep_between, like ralph.sh's next
+        iteration: backing off minutes for a broken agent only delays the stuck verdict."""
+        return limits.is_transient(self.result, self.outcome.output)
+
+    def reported_tokens(self) -> int | None:
+        u = self.result.usage
+        return u.total_tokens if u else None
+
+    def cost_usd(self) -> float | None:
+        return self.result.cost_usd
+
+    def usage_dict(self) -> dict[str, int] | None:
+        return self.result.usage.to_dict() if self.result.usage else None
+
+    def completion(self) -> str | None:
+        """ "complete" when the final message has the sentinel and prd.json agrees, "false"
+        when it has it but stories remain, None when the agent did not claim completion."""
+        final = self.result.final_message or ""
+        if SENTINEL not in final:
+            return None
+        return "complete" if self.all_passed else "false"
+
+    def outcome_name(self) -> str:
+        if self.interrupted:
+            return "interrupted"
+        # prd.json is the truth: an agent that marked its story passed (and, say, was still
+        # printing or exiting when the wall timeout fired) passed; `timed_out` still says so.
+        if self.passed:
+            return "passed"
+        if self.outcome.timed_out:
+            return "timeout"
+        if self.prd_error:
+            return "error"
+        if self.exit_code not in (0, None) or self.result.is_error:
+            return "failed"
+        return "no_progress"
+
+
+class Iteration:
+    """Prepare once, spawn one or more attempts, then record the last one."""
+
+    def __init__(self, loop: Loop, n: int, story: Any, prd: Any) -> None:
+        from orchestrator.memory.store import Memory
+
+        self.loop = loop
+        self.project = loop.project
+        self.n = n
+        self.story = story
+        self.total = len(prd.stories)
+        self.passed_before = prd.passed_count()
+        self.attempts = 0
+        self.report: Any = None
+        memory = Memory.load(self.project)
+        self.assembled = build_prompt(loop, story, memory)
+        self.prompt_file = loop.run_dir / f"iteration-{n}.prompt.md"
+        # The copy kept in the logs is redacted; the agent gets the exact prompt only while
+        # it runs (spawn), so a key an agent wrote into a reference stays out of our logs.
+        redact.write_text(self.prompt_file, self.assembled.text)
+        self.snapshot = checks.snapshot(self.project)
+        # Progress is judged against the state before the first attempt, so a retry that
+        # follows a partial attempt still sees that attempt's changes.
+        self.start = self._state()
+
+    # ---- spawn ------------------------------------------------------------------------------
+    def _exclude(self) -> list[str]:
+        logs = self.project.rel(Path(self.project.logs_dir))
+        return [logs] if logs and not logs.startswith("/") else []
+
+    def _state(self) -> WorkState:
+        return WorkState.capture(Path(self.project.root), self._exclude())
+
+    def spawn(self) -> Attempt:
+        self.attempts += 1
+        suffix = "" if self.attempts == 1 else f".attempt-{self.attempts}"
+        transcript = self.loop.run_dir / f"iteration-{self.n}{suffix}.log"
+        display = self.loop.display
+        st = display.status
+        st.story, st.iteration, st.max_iterations = (
+            self.story.id,
+            self.n,
+            self.loop.max_iterations,
+        )
+        st.passed, st.total = self.passed_before, self.total
+        st.note = "" if self.attempts == 1 else f"attempt {self.attempts}"
+        timeouts = self.project.config.timeouts
+        fsutil.atomic_write_text(self.prompt_file, self.assembled.text)
+        try:
+            with display.live():
+                outcome, result = runner.run_agent(
+                    self.loop.agent,
+                    self.prompt_file,
+                    cwd=Path(self.project.root),
+                    transcript_path=transcript,
+                    on_line=display.agent,
+                    wall_timeout=timeouts.iteration,
+                    idle_timeout=timeouts.idle,
+                )
+        finally:
+            self._redact_prompt_copy()
+        return self._assess(outcome, result, self.start, transcript)
+
+    def _redact_prompt_copy(self) -> None:
+        """Put the redacted copy back; if that cannot be written (disk full), remove the
+        exact one rather than leave secrets in the logs. Never masks the agent's outcome."""
+        try:
+            redact.write_text(self.prompt_file, self.assembled.text)
+        except OSError as exc:
+            self.prompt_file.unlink(missing_ok=True)
+            log.warning("prompt_copy_removed", error=str(exc))
+
+    def _assess(
+        self, outcome: runner.RunOutcome, result: Any, before: WorkState, transcript: Path
+    ) -> Attempt:
+        from orchestrator.memory.prd import Prd
+
+        passed = all_passed = False
+        prd_error = None
+        try:
+            prd = Prd.load(Path(self.project.prd_path))
+            passed = prd.get(self.story.id).passes
+            all_passed = prd.all_passed()
+        except InputError as exc:
+            # The agent broke prd.json: not a pass; checks.verify reports/restores it.
+            prd_error = f"prd.json unreadable after the agent ran: {exc}"
+            log.warning("prd.json unreadable after iteration", error=str(exc))
+        return Attempt(
+            n=self.attempts,
+            outcome=outcome,
+            result=result,
+            passed=passed,
+            all_passed=all_passed,
+            prd_error=prd_error,
+            before=before,
+            after=self._state(),
+            transcript=transcript,
+        )
+
+    # ---- record -----------------------------------------------------------------------------
+    def verify(self, attempt: Attempt) -> Any:
+        """Post-story checks (they repair lost history); prd.json is re-read afterwards,
+        since a repair may have restored it."""
+        from orchestrator.memory.prd import Prd
+
+        self.report = checks.verify(self.snapshot, self.project, self.story, attempt.result)
+        attempt.passed = bool(self.report.story_passed)
+        try:
+            attempt.all_passed = Prd.load(Path(self.project.prd_path)).all_passed()
+        except InputError:
+            attempt.all_passed = False
+        return self.report
+
+    def record(self, attempt: Attempt) -> dict[str, Any]:
+        """The ledger's iteration record (call after verify)."""
+        a = self.assembled
+        saved = a.full_history_tokens - a.tokens
+        rec: dict[str, Any] = {
+            "iteration": self.n,
+            "story_id": self.story.id,
+            "story_title": self.story.title,
+            "mode": a.mode,
+            "agent": self.loop.agent.name,
+            "model": attempt.result.model or self.loop.agent.model,
+            "prompt_tokens": a.tokens,
+            "prompt_tokens_estimated": True,
+            "full_history_tokens": a.full_history_tokens,
+            "saved_tokens": saved,
+            "saved_pct": round(100 * saved / a.full_history_tokens, 1)
+            if a.full_history_tokens
+            else 0.0,
+            "selected_references": list(a.selected),
+            "usage": attempt.usage_dict(),
+            "cost_usd": attempt.cost_usd(),
+            "duration_s": attempt.duration_s,
+            "exit_code": attempt.exit_code,
+            "outcome": attempt.outcome_name(),
+            "timed_out": attempt.outcome.timed_out,
+            # Processes the agent left behind (setsid, daemons) that had to be ended.
+            "killed_processes": list(attempt.outcome.killed),
+            "attempts": attempt.n,
+            "completion": attempt.completion(),
+            "committed": attempt.committed,
+            "files_changed": attempt.files_changed,
+            "error": attempt.error,
+            "checks": self.report.to_dict(),
+            "updated_references": list(self.report.updated_references),
+            "transcript": self.project.rel(attempt.transcript),
+        }
+        return rec
+
+
+def build_prompt(loop: Loop, story: Any, memory: Any) -> Any:
+    """The one place the loop asks for a prompt (prompt.assemble; notes = check fixes)."""
+    from orchestrator.run import prompt
+
+    return prompt.assemble(
+        loop.project, story, memory, mode=loop.mode, notes=loop.notes, tool=loop.agent.name
+    )

@@ -1,0 +1,508 @@
+"""Assemble what one iteration sends to the agent, and account for every token of it.
+
+Modes:
+- `indexed`: template + story + the Progress Index + the references that matter (chosen by
+  `select.py` within `budget.prompt_tokens`) + fix-up notes from the last checks.
+- `full`: Ralph's own behaviour. If the Ralph folder has the user's prompt file (CLAUDE.md
+  for the claude tool, prompt.md for every other tool, as ralph.sh picks them), its bytes are
+  sent unchanged and the agent reads progress.txt itself. Otherwise the built-in full
+  template is sent with the story and the whole progress.txt inlined.
+- `auto`: `indexed` when progress.txt has a Progress Index with at least one row, else
+  `full`, so a project that never adopts references behaves as it does today.
+
+Templates: `{{name}}` placeholders (see TEMPLATE_FIELDS). The indexed template is, in order:
+config `template` (a path relative to the project root), `<ralph_dir>/prompt.template.md`,
+the built-in `templates/prompt.md`. Ralph's own prompt.md / CLAUDE.md are not used in
+indexed mode: they tell the agent to read the whole log, which is what indexing avoids.
+
+`build_*` functions are pure (text in, text out); `assemble` gathers their inputs from a
+project. The bench calls the pure ones directly.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from orchestrator import fsutil
+from orchestrator import tokens as tok
+from orchestrator.errors import EXIT_BUDGET, ConfigError, FatalError, InputError
+
+log = structlog.get_logger()
+
+MODES = ("auto", "indexed", "full")
+USER_TEMPLATE = "prompt.template.md"
+TEMPLATE_FIELDS = (
+    "story",
+    "story_id",
+    "story_title",
+    "notes",
+    "index",
+    "references",
+    "progress",
+    "progress_path",
+    "prd_path",
+    "references_dir",
+    "branch",
+)
+# References may fill at most this share of budget.prompt_tokens: with the relevance cut-off,
+# a second bound that keeps the prompt small when many items match (bench/README.md).
+REFERENCES_SHARE = 0.25
+_PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_]+)\s*\}\}")
+
+
+class PromptOverBudget(FatalError):
+    """The fixed part of the prompt (template + story + index + notes) exceeds
+    `budget.prompt_tokens`. Exit 3, like every budget stop; the fix is `ralph compact` or a
+    larger budget, not an edit of an input file, hence not an InputError."""
+
+    exit_code = EXIT_BUDGET
+
+
+@dataclass(frozen=True)
+class Template:
+    name: str  # where it came from, for messages and `--json`
+    text: str
+
+
+@dataclass
+class Inputs:
+    """Everything a prompt is made of; no I/O past this point."""
+
+    story: Any  # prd.Story (id, title, description, acceptance_criteria, notes, references)
+    progress_text: str
+    index_text: str
+    references: Sequence[Any]  # memory.Reference (topic, path, text, exists)
+    indexed_template: Template
+    full_template: Template
+    user_prompt: Template | None = None  # Ralph's prompt.md / CLAUDE.md, sent as is
+    notes: Sequence[str] = ()
+    budget: int | None = None
+    always: Sequence[str] = ()
+    ref_cap: int | None = None
+    encoding: str = tok.DEFAULT_ENCODING
+    paths: dict[str, str] = field(default_factory=dict)  # progress_path, prd_path, ...
+    cutoff: float | None = None  # None: select.DEFAULT_CUTOFF
+    blend: float | None = None  # None: select.DEFAULT_BLEND
+    stories: dict[str, str] = field(default_factory=dict)  # prd.json id -> text, for ranking
+
+
+# (prompt tokens, tokens per part, what Ralph would have loaded)
+Counts = tuple[int, dict[str, int], int]
+
+
+@dataclass
+class Assembled:
+    """A prompt and its token accounting. The accounting is computed on first use, not when
+    the prompt is built: the loop reads it only after the agent ran, and counting needs a
+    tiktoken encoder that takes about a second to build, which used to delay every agent's
+    start by that much."""
+
+    text: str
+    mode: str  # "indexed" | "full"
+    counter: Callable[[], Counts] = field(repr=False)
+    selected: list[str]
+    considered: list[dict]
+    source: str = ""  # the template or user file the text came from
+    story_id: str = ""
+
+    @functools.cached_property
+    def _counts(self) -> Counts:
+        return self.counter()
+
+    @property
+    def tokens(self) -> int:
+        return self._counts[0]
+
+    @property
+    def parts(self) -> dict[str, int]:
+        return self._counts[1]
+
+    @property
+    def full_history_tokens(self) -> int:
+        return self._counts[2]
+
+    def to_json(self) -> dict[str, Any]:
+        saved = self.full_history_tokens - self.tokens
+        return {
+            "story_id": self.story_id,
+            "mode": self.mode,
+            "source": self.source,
+            "tokens": self.tokens,
+            "parts": self.parts,
+            "full_history_tokens": self.full_history_tokens,
+            "saved_tokens": saved,
+            "saved_pct": round(100 * saved / self.full_history_tokens, 1)
+            if self.full_history_tokens
+            else 0.0,
+            "selected": self.selected,
+            "considered": self.considered,
+        }
+
+
+# ----------------------------------------------------------------------------- rendering
+
+
+def render_story(story: Any) -> str:
+    lines = [f"**{story.id}: {story.title}**"]
+    if getattr(story, "description", ""):
+        lines += ["", story.description.strip()]
+    criteria = list(getattr(story, "acceptance_criteria", None) or [])
+    if criteria:
+        lines += ["", "Acceptance criteria:"] + [f"- {c}" for c in criteria]
+    if (getattr(story, "notes", "") or "").strip():
+        lines += ["", f"Notes: {story.notes.strip()}"]
+    return "\n".join(lines)
+
+
+def render_notes(notes: Sequence[str]) -> str:
+    if not notes:
+        return ""
+    body = "\n".join(f"- {n.strip()}" for n in notes if n.strip())
+    return f"\n## Fix first (from the last iteration's checks)\n{body}\n" if body else ""
+
+
+def render_template(template: Template, values: dict[str, str]) -> str:
+    """Fill `{{name}}` placeholders in one pass (values are never re-scanned).
+
+    A placeholder alone on its line whose value is empty takes its line with it, so a
+    prompt without notes has no blank gap.
+    """
+    unknown = sorted({m.group(1) for m in _PLACEHOLDER.finditer(template.text)} - set(values))
+    if unknown:
+        raise ConfigError(
+            f"{template.name}: unknown placeholder(s) "
+            f"{', '.join('{{' + u + '}}' for u in unknown)}; "
+            f"valid ones are {', '.join(TEMPLATE_FIELDS)}"
+        )
+    lines = []
+    for line in template.text.splitlines(keepends=True):
+        m = _PLACEHOLDER.fullmatch(line.strip())
+        if m and not values[m.group(1)].strip():
+            continue
+        lines.append(line)
+    return _PLACEHOLDER.sub(lambda m: values[m.group(1)], "".join(lines))
+
+
+def _values(inp: Inputs, **parts: str) -> dict[str, str]:
+    story = inp.story
+    vals = {
+        "story": render_story(story),
+        "story_id": str(story.id),
+        "story_title": str(story.title),
+        "notes": render_notes(inp.notes),
+        "index": "",
+        "references": "",
+        "progress": "",
+        "progress_path": inp.paths.get("progress_path", "progress.txt"),
+        "prd_path": inp.paths.get("prd_path", "prd.json"),
+        "references_dir": inp.paths.get("references_dir", "ralph/references"),
+        "branch": inp.paths.get("branch") or "the branchName in prd.json",
+    }
+    vals.update(parts)
+    return vals
+
+
+@functools.lru_cache(maxsize=64)
+def _count(text: str, encoding: str) -> int:
+    """tok.count, remembered: the index and the story come back unchanged in every prompt
+    of an iteration and often across iterations, and each is thousands of tokens to encode."""
+    return tok.count(text, encoding)
+
+
+def _parts(vals: dict[str, str], total: int, names: Sequence[str], enc: str) -> dict[str, int]:
+    counted = {n: _count(vals[n], enc) for n in names}
+    # Token counts are not additive across joins; the template gets the remainder.
+    return {"template": max(0, total - sum(counted.values())), **counted}
+
+
+# ----------------------------------------------------------------------------- the modes
+
+
+def build_full(inp: Inputs) -> Assembled:
+    """Ralph's behaviour: the user's prompt file as is, else template + story + whole log."""
+    enc = inp.encoding
+    if inp.user_prompt is not None:
+        text = inp.user_prompt.text
+        progress_text = inp.progress_text
+
+        def counts_user() -> Counts:
+            n = tok.count(text, enc)
+            log_n = tok.count(progress_text, enc)
+            return n, {"template": n, "progress (read by the agent)": log_n}, n + log_n
+
+        return Assembled(text, "full", counts_user, [], [], inp.user_prompt.name, str(inp.story.id))
+    vals = _values(inp, progress=inp.progress_text.rstrip("\n"))
+    text = render_template(inp.full_template, vals)
+
+    def counts() -> Counts:
+        n = tok.count(text, enc)
+        return n, _parts(vals, n, ("story", "notes", "progress"), enc), n
+
+    return Assembled(text, "full", counts, [], [], inp.full_template.name, str(inp.story.id))
+
+
+def counterfactual_tokens(inp: Inputs) -> int:
+    """What Ralph would have loaded for this story: the full-mode prompt (plus the whole log
+    when the agent reads progress.txt itself) and every reference, because without an index
+    those learnings would sit in progress.txt."""
+    refs = sum(_ref_tokens(r, inp.encoding) for r in inp.references if getattr(r, "exists", True))
+    return build_full(inp).full_history_tokens + refs
+
+
+def _ref_tokens(ref: Any, encoding: str) -> int:
+    n = getattr(ref, "tokens", None)
+    return n if isinstance(n, int) else tok.count(ref.text, encoding)
+
+
+def _index_block(inp: Inputs) -> str:
+    if inp.index_text.strip():
+        return inp.index_text.strip("\n")
+    if not inp.references:
+        return ""
+    rows = "\n".join(f"| {r.topic} | {r.path} |" for r in inp.references)
+    return f"## Progress Index\n| Topic | Reference Path |\n|---|---|\n{rows}"
+
+
+def build_indexed(inp: Inputs, *, with_counterfactual: bool = True) -> Assembled:
+    # Imported here: ranking needs numpy (~0.4 s to import), which full mode, the ralph.sh
+    # path, never uses.
+    from orchestrator.run import select as sel
+
+    enc = inp.encoding
+    index = _index_block(inp)
+    base_vals = _values(inp, index=index)
+    base = render_template(inp.indexed_template, base_vals)
+    # Only a budget needs the fixed part's size (encoding it costs as much as the prompt).
+    base_n = tok.count(base, enc) if inp.budget is not None else 0
+    if inp.budget is not None and base_n > inp.budget:
+        raise PromptOverBudget(
+            f"story {inp.story.id}: the prompt without any reference is {base_n} tokens, "
+            f"{base_n - inp.budget} over budget.prompt_tokens ({inp.budget}). "
+            "Run `ralph compact` to shrink the Progress Index, shorten the story, or raise "
+            "budget.prompt_tokens in ralph.yaml."
+        )
+    present = [r for r in inp.references if getattr(r, "exists", True)]
+    missing = [r for r in inp.references if not getattr(r, "exists", True)]
+    sources = present  # memory.Reference has the topic, path and text the selector reads
+    query = _query(inp.story)
+    room = (
+        None if inp.budget is None else min(inp.budget - base_n, int(REFERENCES_SHARE * inp.budget))
+    )
+    while True:
+        selection = sel.select(
+            query,
+            sources,
+            budget=room,
+            story_hints=getattr(inp.story, "references", None) or (),
+            always=inp.always,
+            cutoff=sel.DEFAULT_CUTOFF if inp.cutoff is None else inp.cutoff,
+            blend=sel.DEFAULT_BLEND if inp.blend is None else inp.blend,
+            ref_cap=inp.ref_cap,
+            stories=_other_stories(inp),
+            history=inp.progress_text,
+            encoding=enc,
+        )
+        refs = sel.render(selection, sources)
+        vals = {**base_vals, "references": refs}
+        text = render_template(inp.indexed_template, vals)
+        n = tok.count(text, enc)
+        # Headings added around the chunks cost a few tokens the selector did not see.
+        if inp.budget is None or n <= inp.budget or room is None or room <= 0:
+            break
+        room -= n - inp.budget
+    considered = selection.considered + [
+        {
+            "path": r.path,
+            "topic": r.topic,
+            "score": 0.0,
+            "tokens": 0,
+            "items": 0,
+            "taken_items": 0,
+            "taken_tokens": 0,
+            "taken": False,
+            "reason": "file missing",
+        }
+        for r in missing
+    ]
+    parts = _parts(vals, n, ("story", "index", "references", "notes"), enc)
+
+    def counts() -> Counts:
+        # The counterfactual (Ralph's full prompt) is only for the ledger: counted on use.
+        return n, parts, counterfactual_tokens(inp) if with_counterfactual else 0
+
+    return Assembled(
+        text,
+        "indexed",
+        counts,
+        [sources[r].path for r in selection.refs],
+        considered,
+        inp.indexed_template.name,
+        str(inp.story.id),
+    )
+
+
+def _other_stories(inp: Inputs) -> dict[str, str]:
+    """prd.json texts for ranking earlier stories' learnings, without this story's own: its
+    id on an earlier learning means a reused id (another PRD) or a failed try, and either
+    way this story's text says nothing about what that learning covers."""
+    sid = str(getattr(inp.story, "id", ""))
+    return {k: v for k, v in inp.stories.items() if k != sid}
+
+
+def _query(story: Any) -> str:
+    text = getattr(story, "text", None)
+    if callable(text):
+        return text()
+    return render_story(story)
+
+
+def resolve_mode(mode: str, index_rows: int, *, fresh_index: bool = False) -> str:
+    """`auto` is indexed when the index has rows, or when the project was set up with an
+    (empty) index and has no history yet (`ralph init`): nothing can be lost there, and the
+    first story starts the references. A flat log without rows stays `full`, as in Ralph."""
+    if mode not in MODES:
+        raise InputError(f"unknown mode '{mode}': use one of {', '.join(MODES)}")
+    if mode == "auto":
+        return "indexed" if index_rows > 0 or fresh_index else "full"
+    return mode
+
+
+def build(inp: Inputs, mode: str, index_rows: int, *, fresh_index: bool = False) -> Assembled:
+    resolved = resolve_mode(mode, index_rows, fresh_index=fresh_index)
+    out = build_indexed(inp) if resolved == "indexed" else build_full(inp)
+    over = inp.budget is not None and not tok.within(out.text, inp.budget, inp.encoding)
+    if resolved == "full" and over:
+        # Full mode is Ralph's behaviour and is never refused; the user is told once.
+        log.warning(
+            "prompt.over_budget",
+            story=out.story_id,
+            tokens=out.tokens,
+            budget=inp.budget,
+            fix="run `ralph migrate` to index progress.txt",
+        )
+    log.debug("prompt.assembled", mode=resolved, chars=len(out.text), story=out.story_id)
+    return out
+
+
+# ----------------------------------------------------------------------------- projects
+
+
+def builtin_template(name: str) -> Template:
+    text = resources.files("orchestrator.templates").joinpath(name).read_text(encoding="utf-8")
+    return Template(f"built-in templates/{name}", text)
+
+
+def _read_template(path: Path, what: str) -> Template:
+    try:
+        return Template(str(path), fsutil.read_bytes(path).decode("utf-8"))
+    except FileNotFoundError as exc:
+        raise ConfigError(f"{what}: {path} does not exist; fix the path or remove it") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{what}: {path} is not UTF-8 text") from exc
+
+
+def indexed_template(project: Any) -> Template:
+    configured = getattr(project.config, "template", None)
+    if configured:
+        return _read_template(Path(project.root) / configured, "ralph.yaml template")
+    local = Path(project.ralph_dir) / USER_TEMPLATE
+    if fsutil.present(local):
+        return _read_template(local, USER_TEMPLATE)
+    return builtin_template("prompt.md")
+
+
+def user_prompt_file(ralph_dir: Path, tool: str | None) -> Template | None:
+    """Ralph's prompt for this tool, exactly as ralph.sh would pipe it to the agent."""
+    path = Path(ralph_dir) / ("CLAUDE.md" if tool == "claude" else "prompt.md")
+    if not fsutil.present(path):
+        return None
+    # Bytes unchanged: decoded losslessly so the runner can write back the same bytes.
+    return Template(str(path), fsutil.read_bytes(path).decode("utf-8", errors="surrogateescape"))
+
+
+def _rel(path: Path, root: Path) -> str:
+    try:
+        return Path(path).resolve().relative_to(Path(root).resolve()).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def _prd_facts(prd_path: Path) -> tuple[str, dict[str, str]]:
+    """The branch name and each story's text, read leniently: the loop has already
+    validated prd.json, and a prompt must not fail on what only helps ranking."""
+    from orchestrator.memory.prd import Prd
+
+    try:
+        prd = Prd.load(prd_path)
+    except (OSError, InputError):
+        return "", {}
+    return prd.branch_name or "", {s.id: s.text() for s in prd.stories}
+
+
+def inputs_for(
+    project: Any,
+    story: Any,
+    memory: Any,
+    *,
+    notes: Sequence[str] = (),
+    budget: int | None = None,
+    tool: str | None = None,
+) -> Inputs:
+    cfg = project.config
+    refs_cfg = getattr(cfg, "references", None)
+    budget_cfg = getattr(cfg, "budget", None)
+    store = getattr(project, "references", None)
+    branch, stories = _prd_facts(project.prd_path)
+    return Inputs(
+        story=story,
+        progress_text=memory.progress_text,
+        index_text=getattr(memory.progress, "index_text", "") or "",
+        references=list(memory.references),
+        indexed_template=indexed_template(project),
+        full_template=builtin_template("prompt-full.md"),
+        user_prompt=user_prompt_file(project.ralph_dir, tool or getattr(cfg, "tool", None)),
+        notes=tuple(notes),
+        budget=budget if budget is not None else getattr(budget_cfg, "prompt_tokens", None),
+        always=tuple(getattr(refs_cfg, "always", ()) or ()),
+        ref_cap=getattr(refs_cfg, "max_tokens", None),
+        encoding=getattr(cfg, "encoding", tok.DEFAULT_ENCODING),
+        paths={
+            "progress_path": _rel(project.progress_path, project.root),
+            "prd_path": _rel(project.prd_path, project.root),
+            "references_dir": str(
+                getattr(store, "rel_dir", None) or getattr(refs_cfg, "dir", "ralph/references")
+            ),
+            "branch": branch,
+        },
+        stories=stories,
+    )
+
+
+def assemble(
+    project: Any,
+    story: Any,
+    memory: Any,
+    *,
+    mode: str | None = None,
+    notes: Sequence[str] = (),
+    budget: int | None = None,
+    tool: str | None = None,
+) -> Assembled:
+    """The prompt `ralph run` sends for `story` (the loop's contract; see architecture.md).
+
+    `mode` None means the project's configured mode (config `mode`, default auto); `budget`
+    None means `budget.prompt_tokens`; `tool` None means config `tool` (it picks CLAUDE.md
+    or prompt.md in full mode)."""
+    inp = inputs_for(project, story, memory, notes=notes, budget=budget, tool=tool)
+    progress = memory.progress
+    rows = len(getattr(progress, "index_rows", []) or [])
+    fresh = bool(getattr(progress, "has_index", False)) and not getattr(progress, "entries", [])
+    return build(inp, str(mode or getattr(project.config, "mode", "auto")), rows, fresh_index=fresh)

@@ -1,0 +1,94 @@
+"""What `ralph status` reports, as plain data (the command only renders it).
+
+Read-only: nothing here writes a file. A missing progress.txt or ledger is reported as
+empty, not as an error; a missing or invalid prd.json is an error naming the file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from orchestrator import fsutil, ledger, tokens
+from orchestrator.errors import PathEscapeError
+
+
+def collect(project: Any) -> dict[str, Any]:
+    from orchestrator.memory.prd import Prd
+    from orchestrator.memory.progress import Progress
+
+    prd = Prd.load(Path(project.prd_path))
+    nxt = prd.next_story()
+    enc = project.config.encoding
+    progress_path = Path(project.progress_path)
+    text = fsutil.read_text(progress_path) if fsutil.present(progress_path) else ""
+    prog = Progress.parse(text)
+    refs = references(project, prog, enc)
+    return {
+        "project": prd.project,
+        "branch": prd.branch_name,
+        "prd": project.rel(prd.path),
+        "mode": project.config.mode,
+        "stories": {
+            "passed": prd.passed_count(),
+            "total": len(prd.stories),
+            "next": {"id": nxt.id, "title": nxt.title} if nxt else None,
+            "pending": [s.id for s in prd.stories if not s.passes],
+        },
+        "memory": {
+            "progress_tokens": tokens.count(text, enc),
+            "entries": len(prog.entries),
+            "references_tokens": sum(r["tokens"] for r in refs if r["exists"]),
+        },
+        "index": [{"topic": r.topic, "path": r.path} for r in prog.index_rows],
+        "references": refs,
+        "last_run": last_run(Path(project.ledger_path)),
+    }
+
+
+def references(project: Any, prog: Any, encoding: str) -> list[dict[str, Any]]:
+    """Every index row (with its file's size) and every reference file not in the index."""
+    store = project.references
+    out: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for row in prog.index_rows:
+        item = {"topic": row.topic, "path": row.path, "exists": False, "tokens": 0, "note": ""}
+        try:
+            p = store.resolve(row.path)
+            seen.add(p.resolve().as_posix())
+            if fsutil.present(p):
+                item.update(exists=True, tokens=tokens.count(fsutil.read_text(p), encoding))
+            else:
+                item["note"] = "missing file"
+        except PathEscapeError:
+            item["note"] = "path outside the references folder"
+        out.append(item)
+    for f in store.files():
+        if f.resolve().as_posix() in seen:
+            continue
+        out.append(
+            {
+                "topic": None,
+                "path": project.rel(f),
+                "exists": True,
+                "tokens": tokens.count(fsutil.read_text(f), encoding),
+                "note": "not in the index",
+            }
+        )
+    return out
+
+
+def last_run(ledger_path: Path) -> dict[str, Any] | None:
+    records = ledger.read(ledger_path)
+    run_id = ledger.last_run_id(records)
+    if not run_id:
+        return None
+    end = [r for r in records if r.get("run_id") == run_id and r.get("event") == "run_end"]
+    d = ledger.run_totals(records, run_id).as_dict()
+    d.update(
+        run_id=run_id,
+        status=end[-1].get("status") if end else None,
+        exit_code=end[-1].get("exit_code") if end else None,
+        skipped_lines=len(records.skipped),
+    )
+    return d

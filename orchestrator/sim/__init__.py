@@ -1,0 +1,1 @@
+"""The simulated agent (a separate executable) and the bundled examples."""

@@ -1,0 +1,1 @@
+"""Memory upkeep: init, migrate a flat log, check, compact."""
