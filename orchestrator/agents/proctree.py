@@ -78,6 +78,7 @@ def make_cgroup() -> Path | None:
     base = _cgroup2_root()
     if base is None:
         return None
+    _sweep(base)
     path = base / f"ralph-{os.getpid()}-{next(_counter)}"
     try:
         path.mkdir()
@@ -88,6 +89,16 @@ def make_cgroup() -> Path | None:
             path.rmdir()
         return None
     return path
+
+
+def _sweep(base: Path) -> None:
+    """Remove our empty cgroups whose ralph process is gone (one killed with SIGKILL cannot
+    remove its own); a cgroup still holding processes is never touched."""
+    for stale in base.glob("ralph-*-*"):
+        owner = stale.name.split("-")[1]
+        if owner.isdigit() and not psutil.pid_exists(int(owner)):
+            with contextlib.suppress(OSError):
+                stale.rmdir()  # fails (EBUSY) while it still has members
 
 
 class Tree:

@@ -31,17 +31,18 @@ from run_helpers import RALPH, env, iterations, ledger, make_project  # noqa: E4
 from orchestrator.agents import proctree, runner  # noqa: E402
 
 AGENT = Path(__file__).resolve().parent / "spawner_agent.py"
-HAS_CGROUP = proctree.make_cgroup() is not None
 SIGNALS = [signal.SIGINT, signal.SIGTERM, signal.SIGHUP]
 
 
-def _probe_cgroup_cleanup() -> None:
+def _can_make_cgroup() -> bool:
     path = proctree.make_cgroup()
-    if path is not None:
-        path.rmdir()
+    if path is None:
+        return False
+    path.rmdir()  # a probe only: leave nothing behind
+    return True
 
 
-_probe_cgroup_cleanup()
+HAS_CGROUP = _can_make_cgroup()
 
 
 @pytest.fixture
@@ -328,3 +329,20 @@ def test_sigterm_to_demo_stops_everything(tmp_path: Path, marker: str) -> None:
     _assert_no_leftovers(marker)
     assert not (dest / "ab-report" / "work").exists()
     assert "Traceback" not in (tmp_path / "o.log").read_text()
+
+
+@pytest.mark.skipif(not HAS_CGROUP, reason="no writable cgroup v2 here")
+def test_cgroups_left_by_a_killed_ralph_are_swept() -> None:
+    """A ralph killed with SIGKILL cannot remove its cgroup; the next agent start does."""
+    probe = proctree.make_cgroup()
+    assert probe is not None
+    probe.rmdir()
+    stale = probe.parent / "ralph-99999999-1"  # beyond pid_max: its owner is surely gone
+    stale.mkdir()
+    try:
+        made = proctree.make_cgroup()
+        assert made is not None and not stale.exists()
+        made.rmdir()
+    finally:
+        if stale.exists():
+            stale.rmdir()
