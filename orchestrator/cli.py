@@ -15,7 +15,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from orchestrator import __version__
+from orchestrator import __version__, stopsignals
 from orchestrator.errors import EXIT_INTERRUPTED, EXIT_USAGE, FatalError
 
 # What a shell reports for a command killed by SIGPIPE (128 + 13): `ralph ... | head` ends
@@ -87,7 +87,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 0
     code = _call(args)
-    if getattr(args, "exit_one", False) and code not in (0, EXIT_INTERRUPTED):
+    stopped = code == EXIT_INTERRUPTED or stopsignals.received() is not None
+    if getattr(args, "exit_one", False) and code != 0 and not stopped:
         return 1  # `ralph run --compat`: ralph.sh exits 1 for every failure
     return code
 
@@ -107,7 +108,7 @@ def _call(args: argparse.Namespace) -> int:
         return exc.exit_code
     except KeyboardInterrupt:
         _say("ralph: interrupted")
-        return EXIT_INTERRUPTED
+        return stopsignals.exit_code()
     except BrokenPipeError:
         return _broken_pipe()
     except OSError as exc:  # last resort: a file error that no helper turned into an InputError

@@ -2,10 +2,13 @@
 
 Exit codes (documented in the README):
 0 all stories pass · 1 iterations exhausted · 2 usage, config or input error ·
-3 budget exhausted · 4 stopped as stuck · 130 interrupted.
+3 budget exhausted · 4 stopped as stuck · 128 + signal when stopped by a signal: 130 Ctrl-C
+(SIGINT), 143 SIGTERM, 129 SIGHUP (each cleans up the same way; see stopsignals.py).
 """
 
 from __future__ import annotations
+
+from orchestrator import stopsignals
 
 EXIT_OK = 0
 EXIT_ITERATIONS_EXHAUSTED = 1
@@ -55,6 +58,10 @@ class Stuck(FatalError):
 
 class Interrupted(FatalError):
     exit_code = EXIT_INTERRUPTED
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*args)
+        self.exit_code = stopsignals.exit_code()  # 128 + the signal that stopped us
 
 
 class FileError(InputError, OSError):

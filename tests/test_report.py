@@ -76,7 +76,7 @@ def test_write_report_renders_markdown_json_and_chart(tmp_path: Path) -> None:
     b = report.load_arm(_ledger(tmp_path / "b.jsonl", "full", [900, 4000, 9000]), "full")
     written = report.write_report([a, b], tmp_path / "out")
     md = written.markdown.read_text()
-    assert "| stories completed | 2 | 2 |" in md and "ab-tokens.png" in md
+    assert "| stories passed | 2 | 2 |" in md and "ab-tokens.png" in md
     assert json.loads(written.json.read_text()) == written.data
     assert written.data["arms"][1]["totals"]["prompt_tokens"] == 13900
     width, height = _png_size(written.chart)
@@ -92,7 +92,7 @@ def test_report_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     assert "prompt tokens 50.0%" in out
     # The totals table itself, not just the saving line under it.
-    assert re.search(r"stories completed\s+│\s+1\s+│\s+1\s+│", out), out
+    assert re.search(r"stories passed\s+│\s+1\s+│\s+1\s+│", out), out
     assert re.search(r"prompt tokens \(est\.\)\s+│\s+200\s+│\s+400\s+│", out), out
     assert (tmp_path / "r" / "ab-tokens.png").is_file()
 

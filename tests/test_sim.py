@@ -214,7 +214,8 @@ def test_indexed_mode_writes_reference_and_row_and_reads_only_what_it_needs(repo
     # US-002 opens the reference it is not given; its progress.txt read is the index only.
     prd_text = (repo / RALPH / "prd.json").read_text()
     index_text = progress(repo).index_text
-    prompt = "Story: US-002\nMode: indexed\n"
+    # The prompt names the index without showing it: the agent reads the table itself.
+    prompt = "Story: US-002\nMode: indexed\nRead the Progress Index in progress.txt.\n"
     outcome, result = run_sim(repo, prompt)
     assert not result.is_error, result.error
     assert str(ref) in read_paths(outcome.output)
@@ -391,7 +392,8 @@ def test_truncate_progress(repo: Path) -> None:
 
 def test_delete_reference(repo: Path) -> None:
     run_sim(repo, "Story: US-001\nMode: indexed\n")
-    run_sim(repo, "Story: US-002\nMode: indexed\n", env={"RALPH_SIM_FAULT": "delete-reference"})
+    prompt = "Story: US-002\nMode: indexed\nRead the Progress Index.\n"
+    run_sim(repo, prompt, env={"RALPH_SIM_FAULT": "delete-reference"})
     rows = progress(repo).index_rows
     missing = [r.path for r in rows if not (repo / r.path).is_file()]
     assert missing == ["ralph/references/project-layout-and-tooling.md"]

@@ -7,9 +7,12 @@ whole. The prompt reaches stdin as a FILE (through `stdin_exec.py`, never a shel
 agent sees EOF after the prompt instead of waiting on an open pipe.
 
 Lifecycle of `run`: spawn -> read lines (\r stripped) -> each line goes to `on_line` and,
-redacted, to the transcript -> on exit, wall/idle timeout or Ctrl-C, end the whole group:
-SIGTERM, a grace period, then SIGKILL. The group is also ended after a normal exit, so a dev
-server the agent left in the background cannot hold ports or the pty into the next iteration.
+redacted, to the transcript -> on exit, wall/idle timeout or Ctrl-C, end the agent's whole
+process tree (`proctree.Tree`: its cgroup, recorded descendants, group, session and env marker,
+so `setsid` and double-forked children are ended too): SIGTERM, a grace period, then SIGKILL.
+The tree is also ended after a normal exit, so a dev server the agent left in the background
+cannot hold ports or the pty into the next iteration; what had to be killed is reported in
+`RunOutcome.killed`.
 KeyboardInterrupt is not re-raised: the outcome says `interrupted=True` and the caller records
 the iteration, then exits 130. SIGTERM/SIGHUP to ralph during a run are treated the same way.
 """
@@ -20,20 +23,18 @@ import collections
 import contextlib
 import os
 import re
-import signal
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Literal
 
 import pexpect
 import structlog
 
-from orchestrator import fsutil
-from orchestrator.agents import stdin_exec
+from orchestrator import fsutil, stopsignals
+from orchestrator.agents import proctree, stdin_exec
 from orchestrator.redact import Redactor
 
 if TYPE_CHECKING:
@@ -59,6 +60,7 @@ class RunOutcome:
     interrupted: bool
     duration_s: float
     dropped_bytes: int = 0  # the middles of over-long lines, not kept (see _LongLine)
+    killed: list[str] = field(default_factory=list)  # leftovers of the agent that we ended
 
 
 def run(
@@ -80,7 +82,8 @@ def run(
         # pexpect would report a bad cwd as the child's output with exit code 0.
         raise FileNotFoundError(f"cannot run {argv[0]}: folder {cwd} does not exist")
     # PWD must name the agent's folder: some CLIs (opencode) trust $PWD over getcwd().
-    full_env = {**os.environ, **(env or {}), "PWD": os.path.abspath(cwd)}
+    tree = proctree.Tree()
+    full_env = {**os.environ, **(env or {}), "PWD": os.path.abspath(cwd), **tree.env()}
     redactor = Redactor(full_env)
     trampoline = [
         sys.executable,
@@ -92,23 +95,28 @@ def run(
         *map(str, argv),
     ]
     start = time.monotonic()
-    child = pexpect.spawn(
-        trampoline[0],
-        trampoline[1:],
-        cwd=str(cwd),
-        env=full_env,
-        echo=False,
-        encoding="utf-8",
-        codec_errors="replace",
-        dimensions=(PTY_ROWS, PTY_COLUMNS),
-    )
+    try:
+        child = pexpect.spawn(
+            trampoline[0],
+            trampoline[1:],
+            cwd=str(cwd),
+            env=full_env,
+            echo=False,
+            encoding="utf-8",
+            codec_errors="replace",
+            dimensions=(PTY_ROWS, PTY_COLUMNS),
+        )
+    except BaseException:
+        tree.close()
+        raise
+    tree.attach(child.pid)
     child.delayafterclose = child.delayafterterminate = 0.05  # pexpect's 0.1 s sleeps
     log.debug("agent_spawned", pid=child.pid, argv=[redactor(a)[:200] for a in argv])
     with _open_transcript(transcript_path) as transcript:
         reader = _LineReader(on_line, transcript, redactor)
         with stop_signals_interrupt():
-            timed_out, interrupted = _supervise(
-                child, reader, start, wall_timeout, idle_timeout, grace
+            timed_out, interrupted, killed = _supervise(
+                child, tree, reader, start, wall_timeout, idle_timeout, grace
             )
     exit_code = _exit_code(child)
     outcome = RunOutcome(
@@ -118,6 +126,7 @@ def run(
         interrupted,
         round(time.monotonic() - start, 3),
         reader.dropped,
+        [str(k) for k in killed],
     )
     log.debug(
         "agent_finished",
@@ -126,6 +135,7 @@ def run(
         interrupted=interrupted,
         duration_s=outcome.duration_s,
         dropped_bytes=outcome.dropped_bytes,
+        killed=outcome.killed,
     )
     return outcome
 
@@ -198,30 +208,34 @@ def clean_line(raw: str) -> str:
 
 def _supervise(
     child: pexpect.spawn,
+    tree: proctree.Tree,
     reader: _LineReader,
     start: float,
     wall_timeout: float | None,
     idle_timeout: float | None,
     grace: float,
-) -> tuple[TimedOut | None, bool]:
-    """Pump output until exit/timeout/Ctrl-C, then end the group; (timed_out, interrupted)."""
+) -> tuple[TimedOut | None, bool, list[proctree.Killed]]:
+    """Pump output until exit/timeout/Ctrl-C, then end the tree; (timed_out, interrupted,
+    leftovers killed)."""
     timed_out, interrupted = None, False
+    killed: list[proctree.Killed] = []
     try:
-        timed_out = _pump(child, reader, start, wall_timeout, idle_timeout)
+        timed_out = _pump(child, tree, reader, start, wall_timeout, idle_timeout)
         if timed_out is None:
             _await_exit(child, EXIT_WAIT_S)
     except KeyboardInterrupt:
         interrupted = True
     finally:
-        # Also on errors in on_line: never leave an agent running behind us.
+        # Also on errors in on_line: never leave an agent or its children running behind us.
         try:
-            _end_group(child, grace)
+            killed = tree.end(grace, reap=child.isalive)
         except KeyboardInterrupt:  # a second Ctrl-C: no more grace
-            _signal_group(child.pid, signal.SIGKILL)
+            with stopsignals.deferred():
+                killed = tree.end(0.0, reap=child.isalive)
             interrupted = True
         _drain(child, reader)
         reader.flush()
-    return timed_out, interrupted
+    return timed_out, interrupted, killed
 
 
 def _drain(child: pexpect.spawn, reader: _LineReader, limit: float = 1.0) -> None:
@@ -234,27 +248,12 @@ def _drain(child: pexpect.spawn, reader: _LineReader, limit: float = 1.0) -> Non
             return
 
 
-@contextlib.contextmanager
-def stop_signals_interrupt() -> Iterator[None]:
+def stop_signals_interrupt() -> contextlib.AbstractContextManager[None]:
     """SIGTERM/SIGHUP to us (a supervisor, a CI timeout, a closed terminal) act like Ctrl-C:
-    the agent's group is ended and the iteration recorded, never orphaned. Used around one
-    agent run here and around a whole `ralph run` by the loop (so the lock is released too)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield  # handlers can only be installed from the main thread
-        return
-
-    def interrupt(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    previous = {}
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        with contextlib.suppress(ValueError, OSError):
-            previous[sig] = signal.signal(sig, interrupt)
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    the agent's tree is ended and the iteration recorded, never orphaned. Used around one
+    agent run here, around a whole `ralph run` by the loop (so the lock is released too) and
+    around `ralph ab`/`demo`. The exit code names the signal (stopsignals.exit_code)."""
+    return stopsignals.interrupt_on_stop_signals()
 
 
 # Characters kept from the start and from the end of one output line; the middle of a longer
@@ -399,6 +398,7 @@ def _open_transcript(path: Path | str | None):
 
 def _pump(
     child: pexpect.spawn,
+    tree: proctree.Tree,
     reader: _LineReader,
     start: float,
     wall_timeout: float | None,
@@ -408,6 +408,7 @@ def _pump(
     last_output = time.monotonic()
     exited_at: float | None = None
     while True:
+        tree.poll()  # record descendants while they are ours to find (rate-limited)
         now = time.monotonic()
         if wall_timeout is not None and now - start >= wall_timeout:
             return "wall"
@@ -432,55 +433,6 @@ def _await_exit(child: pexpect.spawn, limit: float) -> None:
     deadline = time.monotonic() + limit
     while child.isalive() and time.monotonic() < deadline:
         time.sleep(0.02)
-
-
-def _group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) processes in group pgid; uses /proc, else kill(0) as a probe."""
-    proc = Path("/proc")
-    if not proc.is_dir():
-        try:
-            os.killpg(pgid, 0)
-        except (ProcessLookupError, PermissionError):
-            return []
-        return [pgid]
-    members = []
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[-1].split()
-        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
-            members.append(int(entry.name))
-    return members
-
-
-def _signal_group(pgid: int, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
-
-
-def _end_group(child: pexpect.spawn, grace: float) -> None:
-    """SIGTERM the agent's whole process group, wait up to `grace`, then SIGKILL it."""
-    pgid = child.pid  # the pty child is a session and group leader: pgid == pid
-    if not _group_members(pgid) and not child.isalive():
-        return
-    _signal_group(pgid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline:
-        child.isalive()  # reaps the direct child once it exits
-        if not _group_members(pgid):
-            return
-        time.sleep(0.05)
-    log.debug("agent_group_killed", pgid=pgid)
-    _signal_group(pgid, signal.SIGKILL)
-    for _ in range(40):
-        child.isalive()
-        if not _group_members(pgid):
-            return
-        time.sleep(0.05)
 
 
 def _exit_code(child: pexpect.spawn) -> int | None:

@@ -17,6 +17,18 @@ EXIT_NOT_FOUND = 127
 EXIT_CANNOT_RUN = 126
 
 
+def _join_cgroup() -> None:
+    """Enter the cgroup the runner made for this agent (agents/proctree.py) before exec, so that
+    nothing the agent starts can escape it; best effort (the runner also tracks by psutil)."""
+    procs = os.environ.pop("RALPH_CGROUP_PROCS", None)
+    if procs:
+        try:
+            with open(procs, "w") as f:
+                f.write("0")
+        except OSError:
+            pass
+
+
 def main(argv: list[str]) -> int:
     if len(argv) < 3 or argv[1] != "--":
         sys.stderr.write("usage: stdin_exec.py FILE -- PROG [ARG...]\n")
@@ -34,6 +46,7 @@ def main(argv: list[str]) -> int:
     # the defaults a shell gives, so `cmd | head` in its tools ends quietly as it should.
     for sig in (signal.SIGPIPE, signal.SIGXFSZ):
         signal.signal(sig, signal.SIG_DFL)
+    _join_cgroup()
     try:
         os.execvp(prog[0], prog)
     except FileNotFoundError:

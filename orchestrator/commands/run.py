@@ -108,7 +108,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description="Run the agent loop, ralph.sh-compatible: "
         "`ralph run [--tool NAME] [MAX_ITERATIONS]`. Exit codes: 0 all stories pass, "
         "1 iterations used up, 2 usage/config/input error, 3 budget or usage limit beyond "
-        "limits.max_wait, 4 stuck or failed checks (checks: fail), 130 interrupted.",
+        "limits.max_wait, 4 stuck or failed checks (checks: fail), 128+signal when stopped: "
+        "130 Ctrl-C, 143 SIGTERM, 129 SIGHUP.",
     )
     add_common(p)
     _add_flags(p)

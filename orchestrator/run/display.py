@@ -78,6 +78,8 @@ def summary_line(rec: dict[str, Any]) -> str:
     if rec.get("cost_usd") is not None:
         parts.append(money(rec["cost_usd"]))
     parts.append(duration(rec.get("duration_s")))
+    if rec.get("killed_processes"):
+        parts.append(f"killed {len(rec['killed_processes'])} leftover process(es)")
     checks = rec.get("checks") or {}
     if checks.get("errors") or checks.get("warnings"):
         parts.append(

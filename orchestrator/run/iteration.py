@@ -298,6 +298,8 @@ class Iteration:
             "exit_code": attempt.exit_code,
             "outcome": attempt.outcome_name(),
             "timed_out": attempt.outcome.timed_out,
+            # Processes the agent left behind (setsid, daemons) that had to be ended.
+            "killed_processes": list(attempt.outcome.killed),
             "attempts": attempt.n,
             "completion": attempt.completion(),
             "committed": attempt.committed,

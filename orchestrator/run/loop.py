@@ -24,7 +24,7 @@ from typing import Any
 
 import structlog
 
-from orchestrator import ledger
+from orchestrator import ledger, stopsignals
 from orchestrator import log as runlog
 from orchestrator.agents import runner
 from orchestrator.errors import (
@@ -75,7 +75,7 @@ class RunSummary:
 
 def run(project: Any, options: RunOptions | None = None) -> RunSummary:
     """Run the loop on `project` (a project.Project). Raises FatalError subclasses for
-    budget (3), stuck (4), interrupted (130) and input/config problems (2)."""
+    budget (3), stuck (4), interrupted (128 + signal) and input/config problems (2)."""
     from orchestrator import lock
 
     options = options or RunOptions()
@@ -157,7 +157,7 @@ class Loop:
             raise
         except KeyboardInterrupt:
             # Ctrl-C between agent runs (sleep, limit wait): nothing is half-written.
-            status, exit_code = "interrupted", 130
+            status, exit_code = "interrupted", stopsignals.exit_code()
             message = (
                 f"interrupted after iteration {self.iteration}; run `ralph run` again to continue"
             )

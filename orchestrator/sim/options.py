@@ -68,6 +68,12 @@ class Options:
     limit_reset: float = 2.0
     limit_text: str = DEFAULT_LIMIT_TEXT
     prompt_file: Path | None = None
+    # Memory that matters (sim_needs.py): the seed of the agent's variability (`ralph ab`
+    # gives replicate i seed i), how often it opens a needed reference it sees in the index,
+    # and how often a missing learning turns into the mistake it prevents.
+    seed: int = 0
+    open_rate: float = 0.9
+    mistake_rate: float = 0.8
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -107,6 +113,19 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--limit-text", default=None, help="message of the limit-text fault")
     p.add_argument("--prompt-file", default=None, help="read the prompt here, not stdin")
+    p.add_argument("--seed", type=int, default=None, help="seed of the agent's variability (0)")
+    p.add_argument(
+        "--open-rate",
+        type=float,
+        default=None,
+        help="chance to open a needed reference named in the index (0.9)",
+    )
+    p.add_argument(
+        "--mistake-rate",
+        type=float,
+        default=None,
+        help="chance that a missing learning causes its mistake (0.8)",
+    )
     # Accepted for command-line compatibility with `claude -p ... --verbose`; no effect.
     p.add_argument("-p", "--print", action="store_true")
     p.add_argument("--verbose", action="store_true")
@@ -154,10 +173,22 @@ def parse(argv: list[str], env: dict[str, str] | None = None) -> Options:
         ("limit_reset", "limit_reset", float),
         ("limit_text", "limit_text", str),
         ("prompt_file", "prompt_file", Path),
+        ("seed", "seed", int),
+        ("open_rate", "open_rate", float),
+        ("mistake_rate", "mistake_rate", float),
     ):
         value = _pick(getattr(ns, name), env, "RALPH_SIM_" + name.upper())
         if value is not None:
-            setattr(opts, attr, conv(value))
+            try:
+                setattr(opts, attr, conv(value))
+            except ValueError as exc:
+                raise UsageError(
+                    f"sim agent: --{name.replace('_', '-')} / RALPH_SIM_{name.upper()}: "
+                    f"{value!r} is not a valid {conv.__name__}"
+                ) from exc
+    for rate in ("open_rate", "mistake_rate"):
+        if not 0 <= getattr(opts, rate) <= 1:
+            raise UsageError(f"sim agent: --{rate.replace('_', '-')} must be between 0 and 1")
     return opts
 
 

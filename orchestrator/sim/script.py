@@ -19,6 +19,10 @@ Format (YAML):
           topic: Project layout and tooling           # reference topic (indexed mode)
           bullets: [Run checks with python -m unittest]
         reads: [Database and migrations]              # topics to open in indexed mode
+        needs:                                         # earlier learnings this story depends
+          - Database and migrations                    #   on (a topic: any of its bullets),
+          - {topic: API conventions, learning: "Errors are JSON"}  # or one learning's text
+                                                       # default: the `reads` topics
     checks: [python -m unittest discover -s tests]    # reported as run; the sim does not run them
 """
 
@@ -83,19 +87,42 @@ class Learning(_Model):
     bullets: list[str] = Field(min_length=1)
 
 
+class Need(_Model):
+    """An earlier learning this story depends on: a reference topic, optionally narrowed to
+    one learning's text. Without it (not in the prompt, not opened) the sim makes a mistake."""
+
+    topic: str = Field(min_length=1)
+    learning: str | None = None
+
+
 class StoryPlan(_Model):
     id: str = Field(min_length=1)
     summary: list[str] = Field(default_factory=list)
     files: list[FileSpec] = Field(default_factory=list)
     learning: Learning
     reads: list[str] = Field(default_factory=list)
+    needs: list[str | Need] | None = None  # None: the `reads` topics
     generated: bool = False  # True when made up for a story the script does not cover
     checks: list[str] = Field(default_factory=list)  # filled from the script's `checks`
+
+    def needed(self) -> list[Need]:
+        items = self.reads if self.needs is None else self.needs
+        return [Need(topic=n) if isinstance(n, str) else n for n in items]
 
 
 class SimScript(_Model):
     checks: list[str] = Field(default_factory=list)  # commands the agent "runs" (not run)
     stories: list[StoryPlan] = Field(default_factory=list)
+
+    def bullets_of(self, topic: str) -> list[str]:
+        """Every learning the script records under `topic` (any story)."""
+        want = topic.strip().lower()
+        return [
+            b
+            for p in self.stories
+            if p.learning.topic.strip().lower() == want
+            for b in p.learning.bullets
+        ]
 
     def plan_for(self, story_id: str) -> StoryPlan | None:
         for plan in self.stories:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as _dt
+import random
 import re
 import sys
 from dataclasses import dataclass, field
@@ -12,10 +13,12 @@ from orchestrator import fsutil, git
 from orchestrator.memory.prd import Prd, Story
 from orchestrator.memory.progress import Progress
 from orchestrator.memory.references import slugify
+from orchestrator.sim import needs as sim_needs
 from orchestrator.sim import prompt as sim_prompt
 from orchestrator.sim.options import Options
 from orchestrator.sim.script import (
     SCRIPT_NAME,
+    SimScript,
     StoryPlan,
     generated_plan,
     load_script,
@@ -60,19 +63,33 @@ class Work:
     touched: list[str] = field(default_factory=list)
     read_paths: set[str] = field(default_factory=set)
     last_entry: str = ""
+    seen: list[str] = field(default_factory=list)  # what the agent read this iteration
+    knows_index: bool = False
     _plan: StoryPlan | None = None
+    _script: SimScript | None = None
 
     # ---- the story, start to end -----------------------------------------------------------
     def run(self) -> int:
         s = self.stream
         s.say(f"I'll implement {self.story.id} - {self.story.title} ({self.mode} mode).")
-        self.read_context()
+        progress_text = self._progress_text()
+        rng = sim_needs.rng_for(
+            self.opts.seed,
+            self.story.id,
+            sim_needs.failed_attempts(progress_text, self.story.id),
+        )
+        self.read_context(rng)
         stop = self.midway_faults(before_writing=True)
         if stop is not None:
             return stop
         plan = self.plan()
         s.say(f"Implementing {self.story.id}: {len(plan.files)} file(s) to write.")
         self.write_files(plan)
+        made = sim_needs.mistake(self.check_needs(progress_text), rng, self.opts.mistake_rate)
+        if made is not None and made[0] == "failed":
+            return self.fail_story(plan, made[1])
+        if made is not None:
+            self.fix_up(plan, made[1])
         for check in plan.checks:
             # Shown as run so the transcript looks like a real session; the sim runs nothing.
             self.stream.bash(check, "Run the project's checks", "OK (simulated: not run)")
@@ -107,6 +124,7 @@ class Work:
     def read(self, path: Path, text: str | None = None) -> str:
         text = fsutil.read_text(path) if text is None else text
         self.read_paths.add(str(path.resolve()))
+        self.seen.append(text)
         self.stream.read_file(str(path), text)
         return text
 
@@ -122,7 +140,7 @@ class Work:
         bullets = [_normal(ln) for ln in text.splitlines() if ln.lstrip().startswith("- ")]
         return any(b in prompt for b in bullets)
 
-    def read_context(self) -> None:
+    def read_context(self, rng: random.Random | None = None) -> None:
         self.read(self.ws.prd_path)
         if not self.ws.progress_path.is_file():
             return
@@ -132,8 +150,14 @@ class Work:
                 self.read(self.ws.progress_path, text)  # Ralph: the whole log, every time
             return
         progress = Progress.load(self.ws.progress_path)
-        if progress.has_index and "progress index" not in self.prompt.lower():
+        shown = any(row.path in self.prompt for row in progress.index_rows)
+        told = "progress index" in self.prompt.lower()
+        # An agent knows of references only through the index: shown in its prompt, or named
+        # there so it reads the table itself. A prompt that does neither hides them.
+        self.knows_index = shown or told
+        if progress.has_index and told and not shown:
             # Only the index table (the RFC: "read ONLY the index table").
+            self.seen.append(progress.index_text)
             self.stream.tool(
                 "Read",
                 {
@@ -143,8 +167,13 @@ class Work:
                 progress.index_text,
                 read_text=progress.index_text,
             )
-        for topic in self.plan().reads:
-            self.open_reference(topic, progress)
+        if not self.knows_index:
+            return
+        needed = [n.topic for n in self.plan().needed()]
+        for topic in dict.fromkeys([*self.plan().reads, *needed]):
+            # A real agent does not always open what would have helped (seeded).
+            if rng is None or rng.random() < self.opts.open_rate:
+                self.open_reference(topic, progress)
 
     def open_reference(self, topic: str, progress: Progress) -> None:
         path = self.reference_path(topic, progress)
@@ -155,12 +184,77 @@ class Work:
             self.read(path, text)
 
     # ---- planning and writing -----------------------------------------------------------
+    def script(self) -> SimScript | None:
+        if self._script is None:
+            path = self.opts.script or (self.ws.ralph_dir / SCRIPT_NAME)
+            self._script = load_script(path) if path.is_file() else None
+        return self._script
+
     def plan(self) -> StoryPlan:
         if self._plan is None:
-            script = self.opts.script or (self.ws.ralph_dir / SCRIPT_NAME)
-            found = load_script(script).plan_for(self.story.id) if script.is_file() else None
+            script = self.script()
+            found = script.plan_for(self.story.id) if script is not None else None
             self._plan = found or generated_plan(self.story)
         return self._plan
+
+    # ---- needs: the mistakes a missing learning causes (sim_needs.py) --------------------
+    def _progress_text(self) -> str:
+        if not self.ws.progress_path.is_file():
+            return ""
+        return fsutil.read_text(self.ws.progress_path)
+
+    def _memory_text(self, progress_text: str) -> str:
+        """Everything the project remembers (log and references), whatever the agent saw."""
+        parts = [progress_text]
+        refs = safe_target(self.ws.root, self.refs_dir(self.load_progress()))
+        if refs.is_dir():
+            parts += [fsutil.read_text(p) for p in sorted(refs.rglob("*.md")) if p.is_file()]
+        return "\n".join(parts)
+
+    def check_needs(self, progress_text: str) -> list[sim_needs.NeedCheck]:
+        return sim_needs.check(
+            self.plan().needed(),
+            self.script(),
+            memory=self._memory_text(progress_text),
+            seen="\n".join([self.prompt, *self.seen]),
+            progress=progress_text,
+            story_id=self.story.id,
+        )
+
+    def fail_story(self, plan: StoryPlan, need: sim_needs.NeedCheck) -> int:
+        """The mistake costs the iteration: checks fail, the attempt is logged, no pass."""
+        check = plan.checks[0] if plan.checks else "run the checks"
+        detail = f"the code ignores an earlier learning ({need.topic}): {need.learning}"
+        self.stream.bash(check, "Run the project's checks", f"FAILED (simulated): {detail}")
+        self.stream.say(f"The checks fail: {detail}. I cannot finish {self.story.id} now.")
+        now = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
+        block = (
+            f"## {now} - {self.story.id}\n- Attempted: {self.story.title}\n"
+            f"- Files changed: {', '.join(f.path for f in plan.files) or 'none'}\n"
+            f"- {sim_needs.failed_note(self.story.id, need.topic)}\n---\n"
+        )
+        progress = self.load_progress()
+        lead = "\n" if progress.text.strip() and not progress.text.endswith("\n\n") else ""
+        fsutil.atomic_write_text(
+            self.ws.progress_path, progress.append_entry(lead + block).render()
+        )
+        self.touched.append(self.ws.rel(self.ws.progress_path))
+        self.commit(f"wip: {self.story.id} - {self.story.title} (checks failing)")
+        text = f"{self.story.id} is not done: its checks fail ({need.topic})."
+        self.stream.say(text)
+        self.stream.result(text)
+        return 0
+
+    def fix_up(self, plan: StoryPlan, need: sim_needs.NeedCheck) -> None:
+        """The mistake is caught and fixed within the iteration, at a token cost."""
+        check = plan.checks[0] if plan.checks else "run the checks"
+        detail = f"the code ignores an earlier learning ({need.topic}): {need.learning}"
+        self.stream.bash(check, "Run the project's checks", f"FAILED (simulated): {detail}")
+        self.stream.say(f"The checks fail: {detail}. Fixing it.")
+        for spec in plan.files:
+            target = safe_target(self.ws.root, spec.path)
+            self.read(target, spec.content)
+            self.stream.write_file(str(target), spec.content, True)
 
     def write_files(self, plan: StoryPlan) -> None:
         for spec in plan.files:
@@ -298,8 +392,8 @@ class Work:
             self.edit(self.ws.progress_path, progress.without_index_row(rows[0].topic).render())
 
     # ---- commit and final message -------------------------------------------------------
-    def commit(self) -> None:
-        message = f"feat: {self.story.id} - {self.story.title}"
+    def commit(self, message: str | None = None) -> None:
+        message = message or f"feat: {self.story.id} - {self.story.title}"
         paths = sorted(set(self.touched))
         root = self.ws.root
         # A failed git step is shown in the transcript, as a real agent's would be, not raised.

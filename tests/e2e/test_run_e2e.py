@@ -259,7 +259,7 @@ def test_sigterm_ends_the_agent_and_records_the_iteration(tmp_path: Path) -> Non
     os.kill(child.pid, signal.SIGTERM)
     child.expect(pexpect.EOF)
     child.close()
-    assert child.exitstatus == 130
+    assert child.exitstatus == 143  # 128 + SIGTERM (stopsignals.py)
     assert _procs_in(root) == []
     assert iterations(root)[0]["outcome"] == "interrupted"
 

@@ -1,0 +1,1 @@
+"""Field service management (example project for ralph-index)."""

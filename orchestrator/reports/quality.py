@@ -1,0 +1,175 @@
+"""Quality of one run, beside its cost: what a user asks before switching memory modes.
+
+From the ledger (one run's records): stories passed, iterations per passed story, post-story
+check failures and restores, retries (transient failures and usage-limit waits), false
+completions, wall time. From the agent's stream (the iteration transcripts the ledger names):
+memory misses, i.e. reference files the agent opened although the prompt did not inline them
+(the selector left out something the agent needed) and, in indexed mode, reads of the whole
+`progress.txt` (against the template's "read the index table only").
+
+Streams are read as Claude-style stream-json (`assistant` messages with `tool_use` blocks:
+Read, Bash) and Codex-style `command_execution` items; other lines are skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+# Shell commands that print a whole file; `head`, `grep` and `sed -n` read part of it.
+_WHOLE_FILE_READERS = {"cat", "less", "more", "bat", "tac", "nl"}
+_PARTIAL_READERS = {"head", "tail", "sed", "grep", "rg", "awk"}
+_SEGMENTS = re.compile(r"&&|\|\||;|\|")
+_REFERENCE = re.compile(r"(^|/)references/[^/\s]+\.md$")
+
+
+@dataclass
+class StreamReads:
+    """What the agent opened during one iteration, from its stream."""
+
+    references: list[str] = field(default_factory=list)  # paths as the agent named them
+    progress_full_reads: int = 0
+
+
+def _tool_calls(line: str) -> list[tuple[str, dict[str, Any]]]:
+    line = line.strip()
+    if not line.startswith("{"):
+        return []
+    try:
+        event = json.loads(line)
+    except ValueError:
+        return []
+    if not isinstance(event, dict):
+        return []
+    calls: list[tuple[str, dict[str, Any]]] = []
+    message = event.get("message")
+    if event.get("type") == "assistant" and isinstance(message, dict):
+        for block in message.get("content") or []:
+            if isinstance(block, dict) and block.get("type") == "tool_use":
+                calls.append((str(block.get("name")), dict(block.get("input") or {})))
+    item = event.get("item")
+    # Codex: one command per item, reported when it completes.
+    if (
+        isinstance(item, dict)
+        and item.get("type") == "command_execution"
+        and event.get("type") == "item.completed"
+    ):
+        calls.append(("Bash", {"command": str(item.get("command") or "")}))
+    return calls
+
+
+def _shell_reads(command: str) -> list[tuple[str, bool]]:
+    """(path, whole file?) for each file a shell command reads with a file-reading program
+    (`cat x` whole, `head`/`sed -n`/`grep` partial); `cat >> x`, `git add x` read nothing."""
+    out = []
+    for segment in _SEGMENTS.split(command.split("<<", 1)[0]):
+        try:
+            words = shlex.split(segment)
+        except ValueError:
+            words = segment.split()
+        if not words:
+            continue
+        prog = PurePosixPath(words[0]).name
+        if prog not in _WHOLE_FILE_READERS and prog not in _PARTIAL_READERS:
+            continue
+        if any(w.startswith(">") for w in words):
+            continue  # writes (`cat >> progress.txt`), not reads
+        for word in words[1:]:
+            if word.endswith((".md", ".txt")) and not word.startswith("-"):
+                out.append((word, prog in _WHOLE_FILE_READERS))
+    return out
+
+
+def stream_reads(text: str) -> StreamReads:
+    reads = StreamReads()
+    for line in text.splitlines():
+        for name, args in _tool_calls(line):
+            if name == "Read":
+                path = str(args.get("file_path") or args.get("path") or "")
+                partial = args.get("limit") is not None or args.get("offset") is not None
+                _note(reads, path, whole=not partial)
+            elif name == "Bash":
+                for path, whole in _shell_reads(str(args.get("command") or "")):
+                    _note(reads, path, whole=whole)
+    return reads
+
+
+def _note(reads: StreamReads, path: str, whole: bool) -> None:
+    posix = path.replace("\\", "/")
+    if _REFERENCE.search(posix):
+        reads.references.append(posix)
+    elif PurePosixPath(posix).name == "progress.txt" and whole:
+        reads.progress_full_reads += 1
+
+
+def transcript_path(ledger_path: Path, rec: dict[str, Any]) -> Path | None:
+    """The iteration's transcript beside its ledger: `<logs>/<run_id>/iteration-N.log` (the
+    ledger names it relative to the project; reports may sit elsewhere)."""
+    rel = rec.get("transcript")
+    if not rel:
+        return None
+    parts = PurePosixPath(str(rel)).parts
+    if len(parts) < 2:
+        return None
+    return Path(ledger_path).parent / parts[-2] / parts[-1]
+
+
+def iteration_misses(rec: dict[str, Any], ledger_path: Path) -> dict[str, Any]:
+    """Memory misses of one iteration (None when its transcript is not there)."""
+    path = transcript_path(ledger_path, rec)
+    if path is None or not path.is_file():
+        return {"references_not_inlined": None, "progress_reads": None}
+    reads = stream_reads(path.read_text(encoding="utf-8", errors="replace"))
+    selected = [str(s) for s in rec.get("selected_references") or []]
+    missed = [r for r in reads.references if not any(r.endswith(s) for s in selected)]
+    indexed = rec.get("mode") == "indexed"
+    return {
+        "references_not_inlined": len(missed),
+        "progress_reads": reads.progress_full_reads if indexed else 0,
+    }
+
+
+def _ts(value: Any) -> datetime | None:
+    try:
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def _wall_time(records: list[dict[str, Any]], iterations: list[dict[str, Any]]) -> float:
+    start = next((r for r in records if r.get("event") == "run_start"), None)
+    end = next((r for r in reversed(records) if r.get("event") == "run_end"), None)
+    t0, t1 = (_ts(start.get("ts")) if start else None), (_ts(end.get("ts")) if end else None)
+    if t0 is not None and t1 is not None:
+        return round((t1 - t0).total_seconds(), 1)
+    return round(sum(float(r.get("duration_s") or 0) for r in iterations), 1)
+
+
+def run_quality(records: list[dict[str, Any]], ledger_path: Path) -> dict[str, Any]:
+    """Quality figures of one run, from its records (all events of that run)."""
+    its = [r for r in records if r.get("event") == "iteration"]
+    passed = {r.get("story_id") for r in its if r.get("outcome") == "passed"}
+    misses = [iteration_misses(r, ledger_path) for r in its]
+    known = [m for m in misses if m["references_not_inlined"] is not None]
+    refs = sum(m["references_not_inlined"] for m in known)
+    progress = sum(m["progress_reads"] for m in known)
+    checks = [r.get("checks") if isinstance(r.get("checks"), dict) else {} for r in its]
+    return {
+        "stories_passed": len(passed),
+        "iterations": len(its),
+        "iterations_per_passed_story": round(len(its) / len(passed), 3) if passed else None,
+        "check_failures": sum(1 for c in checks if c.get("ok") is False),
+        "restores": sum(1 for c in checks if c.get("restored")),
+        "retries": sum(1 for r in records if r.get("event") in ("transient_retry", "limit_wait")),
+        "false_completions": sum(1 for r in its if r.get("completion") == "false"),
+        "wall_time_s": _wall_time(records, its),
+        "memory_misses": refs + progress if known else None,
+        "references_opened_not_inlined": refs if known else None,
+        "progress_reads_indexed": progress if known else None,
+        "streams_read": len(known),
+    }
