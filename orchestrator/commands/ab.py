@@ -10,7 +10,7 @@ from orchestrator import stopsignals
 from orchestrator.commands.common import add_common
 from orchestrator.errors import UsageError
 from orchestrator.project import ensure_logs_dir, locate
-from orchestrator.reports import ab
+from orchestrator.reports import ab, charts
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -64,6 +64,7 @@ def _positive(text: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    charts.require("ab")
     project = locate(Path.cwd(), args.ralph_dir)
     logs_rel = os.path.relpath(project.logs_dir, project.root)
     if args.resume and args.out and args.out.resolve() != args.resume.resolve():

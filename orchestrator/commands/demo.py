@@ -14,7 +14,7 @@ from pathlib import Path
 from orchestrator import stopsignals
 from orchestrator.errors import UsageError
 from orchestrator.project import locate
-from orchestrator.reports import ab
+from orchestrator.reports import ab, charts
 from orchestrator.sim import examples
 
 # Two paired replicates: every figure gets an interval, at twice the time of one run (one
@@ -48,6 +48,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    charts.require("demo")
     # SIGTERM/SIGHUP stop the demo like Ctrl-C (arms stopped, copies removed, exit 128+signal).
     with stopsignals.interrupt_on_stop_signals():
         return _demo(args)

@@ -8,7 +8,7 @@ from datetime import datetime
 from pathlib import Path
 
 from orchestrator import project
-from orchestrator.reports import report
+from orchestrator.reports import charts, report
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -28,6 +28,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    charts.require("report")
     arms = []
     for spec in args.ledgers:
         name, _, path = spec.rpartition("=")

@@ -15,7 +15,7 @@ from rich.table import Table
 from orchestrator import log, project
 from orchestrator.commands.common import add_common
 from orchestrator.errors import UsageError
-from orchestrator.reports import savings
+from orchestrator.reports import charts, savings
 from orchestrator.tokens import fmt
 
 if TYPE_CHECKING:
@@ -44,6 +44,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    charts.require("savings")
     log.configure(verbose=args.verbose)  # log lines on stderr: --json keeps stdout clean
 
     if args.last is not None and args.last < 1:

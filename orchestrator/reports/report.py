@@ -7,6 +7,7 @@ re-rendered at any time from two earlier runs.
 
 from __future__ import annotations
 
+import io
 import itertools
 import json
 from collections.abc import Callable
@@ -16,7 +17,7 @@ from typing import Any
 
 from orchestrator import ledger, redact, tokens
 from orchestrator.fsutil import atomic_write_bytes
-from orchestrator.reports import abstats, quality
+from orchestrator.reports import abstats, charts, quality
 
 
 @dataclass
@@ -257,12 +258,7 @@ def _series(arm: dict[str, Any]) -> tuple[list[int], list[int], str]:
 
 def render_chart(data: dict[str, Any], path: Path) -> Path:
     """Tokens per iteration and cumulative tokens, one line per arm, as a PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # no display on servers and CI
-    import io
-
-    import matplotlib.pyplot as plt
+    plt = charts.pyplot()
 
     fig, (per, cum) = plt.subplots(1, 2, figsize=(11, 4.2), dpi=110)
     for arm in data["arms"]:
@@ -517,12 +513,7 @@ def render_replicate_chart(runs: list[dict[str, Any]], path: Path) -> Path:
     the replicates, beside the quality figures (stories passed, iterations per story)."""
     if len(runs) == 1:
         return render_chart(runs[0], path)
-    import matplotlib
-
-    matplotlib.use("Agg")  # no display on servers and CI
-    import io
-
-    import matplotlib.pyplot as plt
+    plt = charts.pyplot()
 
     fig, (cum, qual) = plt.subplots(1, 2, figsize=(11, 4.2), dpi=110)
     names = [a["name"] for a in runs[0]["arms"]]

@@ -19,6 +19,7 @@ choice (default: the project's log folder), never to prd.json, progress.txt or r
 from __future__ import annotations
 
 import dataclasses
+import io
 import itertools
 import json
 import re
@@ -35,6 +36,7 @@ from orchestrator.errors import InputError
 from orchestrator.memory.prd import Prd, Story
 from orchestrator.memory.progress import Entry, Progress
 from orchestrator.memory.store import Memory, Reference
+from orchestrator.reports import charts
 from orchestrator.run import prompt as pr
 from orchestrator.upkeep import migrate
 
@@ -325,12 +327,7 @@ def render_chart(s: Savings, path: Path) -> Path:
 
     (report.render_chart numbers iterations from 1; here the first row is k = 2.)
     """
-    import io
-
-    import matplotlib
-
-    matplotlib.use("Agg")  # no display on servers and CI
-    import matplotlib.pyplot as plt
+    plt = charts.pyplot()
 
     ks = [r.k for r in s.rows]
     series = {
