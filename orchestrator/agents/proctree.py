@@ -251,9 +251,10 @@ class Tree:
     def _remove_cgroup(self) -> None:
         if self.cgroup is None:
             return
+        cgroup = self.cgroup
         for _ in range(40):
             try:
-                self.cgroup.rmdir()
+                cgroup.rmdir()
                 self.cgroup = None
                 return
             except FileNotFoundError:
@@ -273,7 +274,7 @@ def _process(pid: int) -> psutil.Process | None:
 
 def _alive(proc: psutil.Process) -> bool:
     try:
-        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+        return bool(proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE)
     except psutil.Error:
         return False
 

@@ -25,10 +25,10 @@ import os
 import re
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Literal
+from typing import IO, TYPE_CHECKING, Literal, TextIO
 
 import pexpect
 import structlog
@@ -381,7 +381,7 @@ class _LineReader:
 
 
 @contextlib.contextmanager
-def _open_transcript(path: Path | str | None):
+def _open_transcript(path: Path | str | None) -> Iterator[TextIO | None]:
     if path is None:
         yield None
         return
@@ -440,4 +440,4 @@ def _exit_code(child: pexpect.spawn) -> int | None:
         child.close(force=True)
     if child.signalstatus is not None:
         return -int(child.signalstatus)
-    return child.exitstatus
+    return None if child.exitstatus is None else int(child.exitstatus)

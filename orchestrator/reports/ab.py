@@ -214,7 +214,7 @@ def _schedule(
 ) -> None:
     """Run the arms, up to `slots` at once; report progress when it changes (at most every
     `every` seconds, and at the end)."""
-    pending, running = list(todo), []
+    pending, running = list(todo), list[ArmRun]()
     last, last_at = "", 0.0
     total = len(todo)
     while pending or running:

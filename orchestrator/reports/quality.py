@@ -158,7 +158,9 @@ def run_quality(records: list[dict[str, Any]], ledger_path: Path) -> dict[str, A
     known = [m for m in misses if m["references_not_inlined"] is not None]
     refs = sum(m["references_not_inlined"] for m in known)
     progress = sum(m["progress_reads"] for m in known)
-    checks = [r.get("checks") if isinstance(r.get("checks"), dict) else {} for r in its]
+    checks: list[dict[str, Any]] = [
+        c if isinstance(c := r.get("checks"), dict) else {} for r in its
+    ]
     return {
         "stories_passed": len(passed),
         "iterations": len(its),
