@@ -435,7 +435,10 @@ def test_bad_number_for_every_numeric_key_is_one_clear_error(
 @pytest.mark.parametrize("key", NUMERIC_KEYS)
 def test_exponent_without_dot_is_a_number(tmp_path: Path, key: str) -> None:
     (tmp_path / "ralph.yaml").write_text(yaml.safe_dump(_nested(key, "1e0")))
-    if key in ("budget.warn_at", "budget.run_cost_usd", "retries.backoff", "sleep_between"):
+    section, _, field = key.rpartition(".")
+    model = getattr(Config.model_fields[section].annotation, "model_fields", {}) if section else {}
+    annotation = (model[field] if section else Config.model_fields[field]).annotation
+    if float in _numeric_kinds(annotation):
         cfg = load_config(tmp_path / "ralph.yaml")
         value = cfg
         for part in key.split("."):
