@@ -51,6 +51,17 @@ def _numeric_kinds(annotation: Any) -> set[type]:
     return {a for a in args if a in (int, float)}
 
 
+def _argv(v: Any, example: str) -> Any:
+    """A command given as a string is split like a shell would split words, but it is never
+    run by a shell: the result is an argv list."""
+    if isinstance(v, str):
+        parts = shlex.split(v)
+        if not parts:
+            raise ValueError(f"must name an executable ({example})")
+        return parts
+    return v
+
+
 class _Section(BaseModel):
     # strict: YAML already yields typed values, so "10" for an integer is a mistake to
     # report, not to coerce (and `true` must never become 1). No inf/nan: every number is
@@ -127,14 +138,7 @@ class AgentConfig(_Section):
     @field_validator("command", mode="before")
     @classmethod
     def _split_command(cls, v: Any) -> Any:
-        # A string is split like a shell would split words, but it is never run by a shell:
-        # the result is an argv list.
-        if isinstance(v, str):
-            parts = shlex.split(v)
-            if not parts:
-                raise ValueError("must name an executable (e.g. [claude] or 'npx amp')")
-            return parts
-        return v
+        return _argv(v, "e.g. [claude] or 'npx amp'")
 
 
 NotifyEvent = Literal[
@@ -159,13 +163,7 @@ class NotifyConfig(_Section):
     @field_validator("command", mode="before")
     @classmethod
     def _split_command(cls, v: Any) -> Any:
-        # Like agents.<name>.command: a string becomes an argv list, never a shell line.
-        if isinstance(v, str):
-            parts = shlex.split(v)
-            if not parts:
-                raise ValueError("must name an executable (e.g. [notify-send, '{title}'])")
-            return parts
-        return v
+        return _argv(v, "e.g. [notify-send, '{title}']")
 
 
 class Config(_Section):

@@ -9,8 +9,12 @@ extra is one clear message, never a traceback after an hour of A/B runs.
 from __future__ import annotations
 
 import importlib.util
+import io
+from pathlib import Path
 from types import ModuleType
+from typing import Any
 
+from orchestrator import fsutil
 from orchestrator.errors import UsageError
 
 EXTRA = "pip install 'ralph-index[charts]'"
@@ -33,3 +37,13 @@ def pyplot() -> ModuleType:
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def save_png(fig: Any, path: Path) -> Path:
+    """Lay out, render and close `fig`, then write it atomically to `path`."""
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    pyplot().close(fig)
+    fsutil.atomic_write_bytes(path, buf.getvalue())
+    return path

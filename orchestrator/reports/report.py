@@ -7,7 +7,6 @@ re-rendered at any time from two earlier runs.
 
 from __future__ import annotations
 
-import io
 import itertools
 import json
 from collections.abc import Callable
@@ -16,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator import ledger, redact, tokens
-from orchestrator.fsutil import atomic_write_bytes
 from orchestrator.reports import abstats, charts, quality
 
 
@@ -284,12 +282,7 @@ def render_chart(data: dict[str, Any], path: Path) -> Path:
         ax.set_ylabel("tokens")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    plt.close(fig)
-    atomic_write_bytes(path, buf.getvalue())
-    return path
+    return charts.save_png(fig, path)
 
 
 @dataclass(frozen=True)
@@ -549,12 +542,7 @@ def render_replicate_chart(runs: list[dict[str, Any]], path: Path) -> Path:
     qual.set_xticklabels([label for _, label in keys])
     qual.set_title("Quality (mean, 95% interval)")
     qual.legend(fontsize=8)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    plt.close(fig)
-    atomic_write_bytes(path, buf.getvalue())
-    return path
+    return charts.save_png(fig, path)
 
 
 def _console_summary(summary: dict[str, Any]) -> str:

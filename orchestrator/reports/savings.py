@@ -19,7 +19,6 @@ choice (default: the project's log folder), never to prd.json, progress.txt or r
 from __future__ import annotations
 
 import dataclasses
-import io
 import itertools
 import json
 import re
@@ -346,12 +345,7 @@ def render_chart(s: Savings, path: Path) -> Path:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.suptitle(f"{s.project}: {s.source}", fontsize=9)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    plt.close(fig)
-    fsutil.atomic_write_bytes(path, buf.getvalue())
-    return path
+    return charts.save_png(fig, path)
 
 
 def write_outputs(s: Savings, out_dir: Path) -> dict[str, Path]:

@@ -33,7 +33,7 @@ from starlette.routing import Route
 
 from orchestrator import ledger
 from orchestrator.run import status, watch
-from orchestrator.run.display import duration, money
+from orchestrator.run.display import iteration_cells, money
 from orchestrator.tokens import fmt
 
 POLL_S = 0.5
@@ -170,20 +170,8 @@ def chart_svg(iterations: list[dict[str, Any]], width: int = 640, height: int = 
 
 
 def iteration_row(r: dict[str, Any]) -> str:
-    u = r.get("usage") or None
-    cells = [
-        r.get("iteration"),
-        r.get("story_id"),
-        r.get("outcome"),
-        fmt(r.get("prompt_tokens")),
-        fmt(r.get("full_history_tokens")),
-        f"{r.get('saved_pct') or 0:.0f}%",
-        fmt(ledger.usage_in(u)) if u else "-",
-        fmt(u.get("output_tokens")) if u else "-",
-        money(r.get("cost_usd")),
-        duration(r.get("duration_s")),
-        ", ".join(Path(p).stem for p in r.get("selected_references") or []) or "-",
-    ]
+    refs = ", ".join(Path(p).stem for p in r.get("selected_references") or []) or "-"
+    cells = [*iteration_cells(r), refs]
     tds = "".join(f"<td>{esc(c)}</td>" for c in cells)
     attrs = f'class="it {esc(r.get("outcome"))}" data-iteration="{esc(r.get("iteration"))}"'
     return f"<tr {attrs}>{tds}</tr>"

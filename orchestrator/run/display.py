@@ -231,21 +231,27 @@ class Display:
                 name, footer=footer, justify="right" if numeric else "left", no_wrap=True
             )
         for r in ledger.iterations(records):
-            u = r.get("usage")
-            table.add_row(
-                str(r.get("iteration")),
-                str(r.get("story_id") or "-"),
-                str(r.get("outcome")),
-                fmt(r.get("prompt_tokens")),
-                fmt(r.get("full_history_tokens")),
-                f"{r.get('saved_pct') or 0:.0f}%",
-                fmt(ledger.usage_in(u)) if u else "-",
-                fmt(u.get("output_tokens")) if u else "-",
-                money(r.get("cost_usd")),
-                duration(r.get("duration_s")),
-            )
+            table.add_row(*iteration_cells(r))
         return table
 
     def print_table(self, records: list[dict[str, Any]]) -> None:
         if ledger.iterations(records):
             self.console.print(self.run_table(records))
+
+
+def iteration_cells(r: dict[str, Any]) -> list[str]:
+    """One iteration record as the cells of the run table (console and dashboard alike):
+    iteration, story, outcome, prompt, full history, saved, agent in, out, cost, time."""
+    u = r.get("usage")
+    return [
+        str(r.get("iteration")),
+        str(r.get("story_id") or "-"),
+        str(r.get("outcome")),
+        fmt(r.get("prompt_tokens")),
+        fmt(r.get("full_history_tokens")),
+        f"{r.get('saved_pct') or 0:.0f}%",
+        fmt(ledger.usage_in(u)) if u else "-",
+        fmt(u.get("output_tokens")) if u else "-",
+        money(r.get("cost_usd")),
+        duration(r.get("duration_s")),
+    ]
