@@ -143,9 +143,64 @@ def _same_word(x: str, y: str) -> bool:
     return sm.real_quick_ratio() >= _NEAR and sm.quick_ratio() >= _NEAR and sm.ratio() >= _NEAR
 
 
+def _grams(word: str) -> set[str]:
+    return {word[i : i + 3] for i in range(len(word) - 2)} or {word}
+
+
+class SimilarIndex:
+    """Topics indexed so that finding the `similar` ones costs a few comparisons, not one
+    per topic (thousands of topics made `ralph check` and `ralph migrate` quadratic).
+
+    Candidates are the topics with the same sorted words (equal or reordered names) and
+    those with as many words whose first word shares a character trigram with the query's:
+    two words `_same_word` calls near-equal (ratio >= 0.85, at least 5 letters) differ by
+    about one edit per 7 letters, which always leaves 3 letters in a row untouched. Every
+    candidate is then confirmed with `similar` itself, so the answers are exactly its own.
+    """
+
+    def __init__(self) -> None:
+        self._names: list[str] = []
+        self._by_words: dict[tuple[str, ...], list[int]] = {}
+        self._by_gram: dict[tuple[int, str], list[int]] = {}
+
+    def _candidates(self, words: list[str]) -> set[int]:
+        found = set(self._by_words.get(tuple(sorted(words)), ()))
+        for g in _grams(words[0]):
+            found.update(self._by_gram.get((len(words), g), ()))
+        return found
+
+    def add(self, name: str) -> None:
+        words = norm_topic(name).split()
+        n = len(self._names)
+        self._names.append(name)
+        if not words:
+            return
+        self._by_words.setdefault(tuple(sorted(words)), []).append(n)
+        for g in _grams(words[0]):
+            self._by_gram.setdefault((len(words), g), []).append(n)
+
+    def matches(self, name: str) -> list[int]:
+        """Positions (in insertion order) of the added names `similar` to `name`."""
+        words = norm_topic(name).split()
+        if not words:
+            return []
+        return sorted(i for i in self._candidates(words) if similar(self._names[i], name))
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and bool(self.matches(name))
+
+
 def near_duplicate_pairs(rows: list[Row]) -> list[tuple[Row, Row]]:
-    """(earlier, later) rows whose topics are `similar`."""
-    return [(a, b) for i, a in enumerate(rows) for b in rows[i + 1 :] if similar(a.topic, b.topic)]
+    """(earlier, later) rows whose topics are `similar`, in row order."""
+    index = SimilarIndex()
+    pairs: list[tuple[int, int]] = []
+    for j, b in enumerate(rows):
+        pairs.extend((i, j) for i in index.matches(b.topic))
+        index.add(b.topic)
+    return [(rows[i], rows[j]) for i, j in sorted(pairs)]
 
 
 # ---------------------------------------------------------------- the memory on disk
@@ -163,6 +218,7 @@ class MemoryFiles:
 
     @classmethod
     def load(cls, project: Any) -> MemoryFiles:
+        tokens.use_disk_cache(getattr(project, "logs_dir", None))
         path = Path(project.progress_path)
         text = fsutil.read_text(path) if path.exists() else ""
         rows, problems = parse_tables(text)

@@ -39,6 +39,7 @@ class Memory:
         """`project` is a project.Project, or anything with root, progress_path, references
         (a ReferenceStore) and config.encoding."""
         encoding = _encoding(project)
+        tokens.use_disk_cache(getattr(project, "logs_dir", None))
         progress_path = Path(project.progress_path)
         text = fsutil.read_text(progress_path) if progress_path.is_file() else ""
         progress = Progress.parse(text)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from orchestrator import fsutil, tokens
+from orchestrator.audit import SimilarIndex
 from orchestrator.errors import InputError
 from orchestrator.references import slugify
 
@@ -218,14 +219,31 @@ def _looks_like_header(lines: list[str], starts: list[int]) -> bool:
 # ---------------------------------------------------------------- reading one block
 
 
-def _story_ids(heading: str, body: list[str], known: list[str]) -> list[str]:
+_RUN = re.compile(r"[\w.-]+")
+
+
+def _known_in(text: str, known: dict[str, int]) -> list[str]:
+    """The known story ids `text` mentions as whole tokens, in `known`'s order. An id starts
+    a run of id characters and ends it, or ends before a "." that no digit follows ("US-1."
+    at a sentence's end, not "US-1.2"): each run's candidates are looked up, not each id
+    searched for (a 3,000-story prd made that quadratic)."""
+    hits: set[str] = set()
+    for m in _RUN.finditer(text):
+        run = m.group(0)
+        if run in known:
+            hits.add(run)
+        for k, ch in enumerate(run):
+            if ch == "." and not (k + 1 < len(run) and run[k + 1].isdigit()) and run[:k] in known:
+                hits.add(run[:k])
+    return sorted(hits, key=known.__getitem__)
+
+
+def _story_ids(heading: str, body: list[str], known: dict[str, int]) -> list[str]:
     head = re.sub(r"^#+\s*", "", heading)
     probe = [head, *[ln for ln in body[:4] if _STORY_FIELD.match(ln)]]
     found: list[str] = []
     for text in probe:
-        for sid in known:
-            if re.search(rf"(?<![\w.-]){re.escape(sid)}(?![\w-]|\.\d)", text) and sid not in found:
-                found.append(sid)
+        found.extend(sid for sid in _known_in(text, known) if sid not in found)
     if found:
         return found
     # A leading id token ("CD-62r.1 - ...", "scorched-earth-33s - ...") wins over the
@@ -281,7 +299,7 @@ def _files_changed(body: list[str]) -> list[str]:
     return files
 
 
-def _classify(heading: str, body: list[str], known: list[str], seen_story: bool) -> Block:
+def _classify(heading: str, body: list[str], known: dict[str, int], seen_story: bool) -> Block:
     title = heading.lower()
     if title.startswith("## codebase patterns"):
         return Block(heading, body, "patterns")
@@ -507,13 +525,11 @@ def _chunk(items: list[Item], fill: int) -> list[list[Item]]:
     return chunks
 
 
-def _taken(name: str, taken: set[str]) -> bool:
-    from orchestrator.audit import similar
-
-    return any(similar(name, t) for t in taken)
+def _taken(name: str, taken: SimilarIndex) -> bool:
+    return name in taken
 
 
-def _area_name(area: str, taken: set[str]) -> str:
+def _area_name(area: str, taken: SimilarIndex) -> str:
     """Short name from the folder's last meaningful parts; longer when that is taken."""
     if not area:
         return "Top-level files"
@@ -546,7 +562,8 @@ def build_topics(items: list[Item], cap: int) -> list[tuple[str, list[Item], lis
         without.extend(groups.pop(k))
     without.sort(key=lambda i: i.order)
     out: list[tuple[str, list[Item], list[str]]] = []
-    taken: set[str] = {PATTERNS_TOPIC}
+    taken = SimilarIndex()
+    taken.add(PATTERNS_TOPIC)
     for area in sorted(groups, key=lambda k: (-len(groups[k]), k)):
         name = _area_name(area, taken)
         taken.add(name)
@@ -566,7 +583,8 @@ def build_topics(items: list[Item], cap: int) -> list[tuple[str, list[Item], lis
 
 def _distinct(topics: list[tuple[str, list[Item], list[str]]]):
     """No two names `ralph check` would call duplicates: number the later ones."""
-    seen = {PATTERNS_TOPIC}
+    seen = SimilarIndex()
+    seen.add(PATTERNS_TOPIC)
     out = []
     for name, its, areas in topics:
         final, n = name, 2
@@ -833,12 +851,14 @@ def build_plan(
         plan.tokens_before, plan.tokens_after = before, tokens.count(plan.progress_text)
         return plan
     titles = _story_titles(prd)
-    known = sorted(titles, key=len, reverse=True)
+    known = {sid: n for n, sid in enumerate(sorted(titles, key=len, reverse=True))}
     header, raw = _split_blocks(progress_text)
     blocks: list[Block] = []
+    seen_story = False
     for heading, body in raw:
-        block = _classify(heading, body, known, any(b.kind == "story" for b in blocks))
-        blocks.extend(_explode(block))
+        new = _explode(_classify(heading, body, known, seen_story))
+        blocks.extend(new)
+        seen_story = seen_story or any(b.kind == "story" for b in new)
     kept, overflow = _split_always(_always_units(blocks, max_tokens), max_tokens)
     items: list[Item] = []
     for u in overflow:

@@ -1,6 +1,7 @@
 """What `ralph status` reports, as plain data (the command only renders it).
 
-Read-only: nothing here writes a file. A missing progress.txt or ledger is reported as
+Read-only: nothing here writes a project file (only the token-count cache in the logs
+folder, so an unchanged project is not counted again). A missing progress.txt or ledger is reported as
 empty, not as an error; a missing or invalid prd.json is an error naming the file.
 """
 
@@ -20,6 +21,7 @@ def collect(project: Any) -> dict[str, Any]:
     prd = Prd.load(Path(project.prd_path))
     nxt = prd.next_story()
     enc = project.config.encoding
+    tokens.use_disk_cache(getattr(project, "logs_dir", None))
     progress_path = Path(project.progress_path)
     text = fsutil.read_text(progress_path) if progress_path.exists() else ""
     prog = Progress.parse(text)
