@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import difflib
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestrator import fsutil, tokens
+from orchestrator import areas, fsutil, tokens
 from orchestrator.errors import PathEscapeError
 
 INDEX_HEADING = "## Progress Index"
@@ -24,6 +24,10 @@ HISTORY_HEADING = "## Migrated History"
 _RESERVED = ("## progress index", "## archived", "## codebase patterns", "## migrated history")
 _SEPARATOR = re.compile(r"^:?-{3,}:?$")
 _NEAR = 0.85  # difflib ratio between two words that counts as the same word (typos)
+# `ralph check` and `ralph status` warn when the Progress Index passes this share of
+# budget.prompt_tokens: every agent that reads the index pays for it, and ralph.sh users
+# load all of it each iteration.
+INDEX_WARN_SHARE = 0.25
 
 
 @dataclass(frozen=True)
@@ -32,6 +36,7 @@ class Row:
     path: str
     line: int  # 1-based line in progress.txt
     archived: bool = False
+    area: str = ""  # for a topic an area reference lists: that area reference's path
 
 
 @dataclass(frozen=True)
@@ -215,6 +220,8 @@ class MemoryFiles:
     rows: list[Row]
     table_problems: list[tuple[int, str]]
     rel_dir: str
+    texts: dict[str, str | None] = field(default_factory=dict)  # read once per path
+    nested: list[Row] = field(default_factory=list)  # the topics area references list
 
     @classmethod
     def load(cls, project: Any) -> MemoryFiles:
@@ -222,18 +229,36 @@ class MemoryFiles:
         path = Path(project.progress_path)
         text = fsutil.read_text(path) if path.exists() else ""
         rows, problems = parse_tables(text)
-        return cls(project, text, rows, problems, project.references.rel_dir)
+        mem = cls(project, text, rows, problems, project.references.rel_dir)
+        for r in rows:
+            if r.archived:
+                continue
+            body = mem.read(r.path)
+            if body is not None and areas.is_area(body):
+                mem.nested += [Row(t, p, 0, False, r.path) for t, p in areas.nested_rows(body)]
+        return mem
+
+    def is_area(self, index_path: str) -> bool:
+        text = self.read(index_path)
+        return text is not None and areas.is_area(text)
+
+    def nested_of(self, index_path: str) -> list[Row]:
+        return [n for n in self.nested if n.area == index_path]
 
     def abs(self, index_path: str) -> Path:
         """The file an index path names; archived paths live under the same folder."""
         return self.project.references.resolve(index_path)
 
     def read(self, index_path: str) -> str | None:
+        if index_path in self.texts:
+            return self.texts[index_path]
         try:
             p = self.abs(index_path)
         except PathEscapeError:
             return None
-        return fsutil.read_text(p) if p.is_file() else None
+        text = fsutil.read_text(p) if p.is_file() else None
+        self.texts[index_path] = text
+        return text
 
 
 def parse_tables(text: str) -> tuple[list[Row], list[tuple[int, str]]]:
@@ -306,6 +331,7 @@ def check(project: Any) -> list[Finding]:
     out += _orphan_findings(mem)
     out += _duplicate_findings(mem, prog)
     out += _size_findings(mem)
+    out += _index_size_findings(mem, prog)
     out += _log_findings(mem, prog)
     out += _always_findings(mem)
     return out
@@ -349,15 +375,16 @@ def _journal_findings(project: Any) -> list[Finding]:
 
 def _row_findings(mem: MemoryFiles, prog: str) -> list[Finding]:
     out: list[Finding] = []
-    for r in mem.rows:
+    for r in [*mem.rows, *mem.nested]:
+        where, line = (r.area, None) if r.area else (prog, r.line)
         try:
             p = mem.abs(r.path)
         except PathEscapeError as exc:
             out.append(
                 Finding(
                     "path-escape",
-                    prog,
-                    r.line,
+                    where,
+                    line,
                     f"row {r.topic!r}: {exc}",
                     f"use a path inside {mem.rel_dir}/",
                 )
@@ -367,8 +394,8 @@ def _row_findings(mem: MemoryFiles, prog: str) -> list[Finding]:
             out.append(
                 Finding(
                     "missing-file",
-                    prog,
-                    r.line,
+                    where,
+                    line,
                     f"row {r.topic!r} points to {r.path}, which does not exist",
                     "create the file or delete the row",
                 )
@@ -378,7 +405,7 @@ def _row_findings(mem: MemoryFiles, prog: str) -> list[Finding]:
 
 def _orphan_findings(mem: MemoryFiles) -> list[Finding]:
     named: set[Path] = set()
-    for r in mem.rows:
+    for r in [*mem.rows, *mem.nested]:
         try:
             named.add(mem.abs(r.path).resolve())
         except PathEscapeError:
@@ -435,11 +462,13 @@ def _duplicate_findings(mem: MemoryFiles, prog: str) -> list[Finding]:
 def _size_findings(mem: MemoryFiles) -> list[Finding]:
     cap = mem.project.config.references.max_tokens
     out: list[Finding] = []
-    for r in mem.rows:
+    for r in [*mem.rows, *mem.nested]:
         if r.archived:
             continue
         text = mem.read(r.path)
-        if text is not None and (n := tokens.count(text)) > cap:
+        if text is None or (not r.area and areas.is_area(text)):
+            continue  # an area reference lists topics; it never goes into a prompt
+        if (n := tokens.count(text)) > cap:
             out.append(
                 Finding(
                     "oversized",
@@ -450,6 +479,45 @@ def _size_findings(mem: MemoryFiles) -> list[Finding]:
                 )
             )
     return out
+
+
+def index_size(text: str) -> tuple[int, int]:
+    """(tokens, 1-based heading line) of progress.txt's Progress Index section; (0, 0)
+    when there is none."""
+    lines = text.split("\n")
+    for heading, start, end in sections(lines):
+        if heading.lower().startswith(INDEX_HEADING.lower()):
+            return tokens.count("\n".join(lines[start:end])), start + 1
+    return 0, 0
+
+
+def index_warning(text: str, budget: int) -> tuple[str, int] | None:
+    """(message, line) when the index passes INDEX_WARN_SHARE of the prompt budget."""
+    n, line = index_size(text)
+    if n <= INDEX_WARN_SHARE * budget:
+        return None
+    return (
+        f"the Progress Index is {n:,} tokens, {100 * n / budget:.0f}% of "
+        f"budget.prompt_tokens ({budget:,}); past {100 * INDEX_WARN_SHARE:.0f}% every agent "
+        "that reads it pays for rows it does not need",
+        line,
+    )
+
+
+def _index_size_findings(mem: MemoryFiles, prog: str) -> list[Finding]:
+    warning = index_warning(mem.text, mem.project.config.budget.prompt_tokens)
+    if warning is None:
+        return []
+    return [
+        Finding(
+            "index-large",
+            prog,
+            warning[1],
+            warning[0],
+            "run `ralph compact --apply`: it groups topics under area references "
+            "(references.max_topics)",
+        )
+    ]
 
 
 def _log_findings(mem: MemoryFiles, prog: str) -> list[Finding]:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestrator import fsutil, tokens
+from orchestrator import areas, fsutil, tokens
 from orchestrator.errors import PathEscapeError
 from orchestrator.progress import Progress
 
@@ -25,6 +25,8 @@ class Reference:
     text: str
     tokens: int
     exists: bool
+    area: str = ""  # the area reference that lists this topic ("" for an index row)
+    is_area: bool = False  # an area reference: a table of topics, not learnings
 
 
 @dataclass
@@ -44,10 +46,13 @@ class Memory:
         text = fsutil.read_text(progress_path) if progress_path.is_file() else ""
         progress = Progress.parse(text)
         store = project.references
-        refs = [
-            _reference(store, row.topic, row.path, encoding, progress_path)
-            for row in progress.index_rows
-        ]
+        refs: list[Reference] = []
+        for row in progress.index_rows:
+            ref = _reference(store, row.topic, row.path, encoding, progress_path)
+            refs.append(ref)
+            if ref.exists and areas.is_area(ref.text):
+                ref.is_area = True
+                refs.extend(_nested(store, ref, encoding, progress_path))
         return cls(progress=progress, progress_text=text, references=refs, encoding=encoding)
 
     def full_history_tokens(self, encoding: str | None = None) -> int:
@@ -61,6 +66,19 @@ class Memory:
     @property
     def existing(self) -> list[Reference]:
         return [r for r in self.references if r.exists]
+
+
+def _nested(store: Any, area: Reference, encoding: str, progress: Path) -> list[Reference]:
+    """The topics an area reference lists (one level: they are never areas themselves)."""
+    out = []
+    for topic, path in areas.nested_rows(area.text):
+        try:
+            ref = _reference(store, topic, path, encoding, progress)
+        except PathEscapeError:
+            continue  # `ralph check` reports it against the area file; a prompt goes on
+        ref.area = area.topic
+        out.append(ref)
+    return out
 
 
 def _encoding(project: Any) -> str:

@@ -1,8 +1,9 @@
 """What `ralph status` reports, as plain data (the command only renders it).
 
 Read-only: nothing here writes a project file (only the token-count cache in the logs
-folder, so an unchanged project is not counted again). A missing progress.txt or ledger is reported as
-empty, not as an error; a missing or invalid prd.json is an error naming the file.
+folder, so an unchanged project is not counted again). A missing progress.txt or ledger is
+reported as empty, not as an error; a missing or invalid prd.json is an error naming the
+file.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from orchestrator import fsutil, ledger, tokens
+from orchestrator import areas, audit, fsutil, ledger, tokens
 from orchestrator.errors import PathEscapeError
 
 
@@ -43,6 +44,10 @@ def collect(project: Any) -> dict[str, Any]:
             "references_tokens": sum(r["tokens"] for r in refs if r["exists"]),
         },
         "index": [{"topic": r.topic, "path": r.path} for r in prog.index_rows],
+        "index_tokens": audit.index_size(text)[0],
+        "warnings": [w[0] + "; run `ralph compact --apply`"]
+        if (w := audit.index_warning(text, project.config.budget.prompt_tokens))
+        else [],
         "references": refs,
         "last_run": last_run(Path(project.ledger_path)),
     }
@@ -53,17 +58,27 @@ def references(project: Any, prog: Any, encoding: str) -> list[dict[str, Any]]:
     store = project.references
     out: list[dict[str, Any]] = []
     seen: set[str] = set()
-    for row in prog.index_rows:
-        item = {"topic": row.topic, "path": row.path, "exists": False, "tokens": 0, "note": ""}
+    rows = [(row.topic, row.path, "") for row in prog.index_rows]
+    while rows:
+        topic, path, area = rows.pop(0)
+        item = {"topic": topic, "path": path, "exists": False, "tokens": 0, "note": ""}
         try:
-            p = store.resolve(row.path)
+            p = store.resolve(path)
             seen.add(p.resolve().as_posix())
             if p.is_file():
-                item.update(exists=True, tokens=tokens.count(fsutil.read_text(p), encoding))
+                text = fsutil.read_text(p)
+                item.update(exists=True, tokens=tokens.count(text, encoding))
+                if not area and areas.is_area(text):
+                    item["note"] = "area: lists topics"
+                    # Its topics follow it (one level: they are never areas themselves).
+                    rows[:0] = [(t, np, topic) for t, np in areas.nested_rows(text)]
             else:
                 item["note"] = "missing file"
         except PathEscapeError:
             item["note"] = "path outside the references folder"
+        if area:
+            item["area"] = area
+            item["note"] = (item["note"] + "; " if item["note"] else "") + f"in area {area}"
         out.append(item)
     for f in store.files():
         if f.resolve().as_posix() in seen:
