@@ -582,9 +582,18 @@ def build_topics(items: list[Item], cap: int, max_topics: int = DEFAULT_MAX_TOPI
     fill = int(cap * _FILL)
     budget = _topic_budget(len(items), sum(i.tokens for i in items), fill)
     budget = max(1, min(budget, max_topics - 2))
+    leaves = _leaves(items, budget, fill, fill)
+    if len(leaves) > max_topics and len({leaf[3] for leaf in leaves}) > max_topics:
+        # Too many files for one row each, and too many groups for one area each: fold
+        # folders into their parents whatever their size (their topics split them again).
+        leaves = _leaves(items, budget, fill, None)
+    return leaves
+
+
+def _leaves(items: list[Item], budget: int, fill: int, merge_cap: int | None) -> list[Leaf]:
     with_area = [i for i in items if _primary_area(i) is not None]
     without = [i for i in items if _primary_area(i) is None]
-    groups = _cluster_areas(with_area, max(1, budget - 2), fill)
+    groups = _cluster_areas(with_area, max(1, budget - 2), merge_cap or 10**12)
     # Groups of one or two items are noise as topics: let the keyword pass place them.
     small = [k for k, v in groups.items() if len(v) < 3 and len(groups) > 1]
     for k in small:

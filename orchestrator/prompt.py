@@ -272,19 +272,27 @@ def _inline_whole(index: str, inp: Inputs) -> bool:
 
 
 def _index_rows(inp: Inputs, chosen: Sequence[Any]) -> str:
-    """The index rows that matter to this story: its chosen topics, each after the row of
-    the area that lists it, and one line on how many more there are and where."""
+    """The index rows that matter to this story: its chosen topics (most relevant first,
+    within INDEX_INLINE_SHARE of the budget), each after the row of the area that lists it,
+    and one line on how many more there are and where the whole index is."""
     area_path = {r.topic: r.path for r in inp.references if getattr(r, "is_area", False)}
+    room = int(INDEX_INLINE_SHARE * inp.budget) if inp.budget else None
     rows: list[str] = []
     shown: set[str] = set()
     for r in chosen:
         area = getattr(r, "area", "")
+        new = []
         if area and area not in shown and area in area_path:
-            rows.append(f"| {area} | {area_path[area]} |")
-            shown.add(area)
+            new.append(f"| {area} | {area_path[area]} |")
         if r.path not in shown:
-            rows.append(f"| {f'{area} / {r.topic}' if area else r.topic} | {r.path} |")
-            shown.add(r.path)
+            named = r.topic if not area or r.topic.startswith(area) else f"{area} / {r.topic}"
+            new.append(f"| {named} | {r.path} |")
+        cost = sum(_count(row, inp.encoding) + 1 for row in new)
+        if room is not None and cost > room:
+            break
+        room = None if room is None else room - cost
+        rows.extend(new)
+        shown.update([area, r.path] if area else [r.path])
     more = len(inp.references) - len(rows)
     where = inp.paths.get("progress_path", "progress.txt")
     table = "\n".join(["| Topic | Reference Path |", "|---|---|", *rows]) if rows else ""
@@ -344,7 +352,7 @@ def build_indexed(inp: Inputs, *, with_counterfactual: bool = True) -> Assembled
         refs = sel.render(selection, sources)
         vals = {**base_vals, "references": refs}
         if not whole:
-            vals["index"] = _index_rows(inp, [sources[r] for r in selection.refs])
+            vals["index"] = _index_rows(inp, _by_relevance(selection, sources))
         text = render_template(inp.indexed_template, vals)
         n = tok.count(text, enc)
         # Headings added around the chunks cost a few tokens the selector did not see.
@@ -378,6 +386,12 @@ def build_indexed(inp: Inputs, *, with_counterfactual: bool = True) -> Assembled
         inp.indexed_template.name,
         str(inp.story.id),
     )
+
+
+def _by_relevance(selection: sel.Selection, sources: Sequence[Any]) -> list[Any]:
+    """The selected references, most tokens taken first (then score: `considered`'s order)."""
+    by_path = {s.path: s for s in sources}
+    return [by_path[c["path"]] for c in selection.considered if c["taken"] and c["path"] in by_path]
 
 
 def _other_stories(inp: Inputs) -> dict[str, str]:
