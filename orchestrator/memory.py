@@ -9,6 +9,7 @@ typo.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,7 +46,7 @@ class Memory:
         progress_path = Path(project.progress_path)
         text = fsutil.read_text(progress_path) if progress_path.is_file() else ""
         progress = Progress.parse(text)
-        store = project.references
+        store = _FastStore(project.references)
         refs: list[Reference] = []
         for row in progress.index_rows:
             ref = _reference(store, row.topic, row.path, encoding, progress_path)
@@ -66,6 +67,40 @@ class Memory:
     @property
     def existing(self) -> list[Reference]:
         return [r for r in self.references if r.exists]
+
+
+class _FastStore:
+    """`store.resolve` for many paths at once: the folder's plain files (no symlink on the
+    way) are listed once, and a path naming one of them is that file; any other path goes
+    through `store.resolve` and its checks. Resolving each of 10,000 paths on its own took
+    two realpath walks apiece."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self.rel_dir = str(getattr(store, "rel_dir", "")).strip("/")
+        self.plain: set[str] = set()
+        folder = Path(store.dir)
+        if folder.is_dir() and not folder.is_symlink():
+            self.folder = folder.resolve()
+            self._walk(self.folder, "")
+
+    def _walk(self, folder: Path, prefix: str) -> None:
+        with os.scandir(folder) as entries:
+            for e in entries:
+                if e.is_symlink():
+                    continue
+                if e.is_dir():
+                    self._walk(Path(e.path), f"{prefix}{e.name}/")
+                elif e.is_file():
+                    self.plain.add(prefix + e.name)
+
+    def resolve(self, index_path: str) -> Path:
+        head = f"{self.rel_dir}/"
+        if index_path.startswith(head) and ".." not in index_path and "\\" not in index_path:
+            rel = index_path[len(head) :]
+            if rel in self.plain:
+                return self.folder / rel
+        return Path(self.store.resolve(index_path))
 
 
 def _nested(store: Any, area: Reference, encoding: str, progress: Path) -> list[Reference]:
