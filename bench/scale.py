@@ -170,6 +170,9 @@ def run_axis(
                 row = measure(label, argv, project, args.repeats, args.timeout, fresh)
                 row.update(axis=axis, size=size)
                 rows.append(row)
+                if args.progress_file:  # rows so far survive an interrupted run
+                    with open(args.progress_file, "a", encoding="utf-8") as f:
+                        f.write(json.dumps(row) + "\n")
                 print(
                     f"{axis:>10} {size:>6} {label:<18} wall {row['wall']:8.2f}s  "
                     f"cpu {row['cpu']:8.2f}s  exit {row['exit']}",
@@ -317,6 +320,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=HERE / "results")
     ap.add_argument("--chart", type=Path, default=ROOT / "docs" / "img" / "scale.png")
     ap.add_argument("--no-chart", action="store_true")
+    ap.add_argument("--progress-file", type=Path, help="append each row as JSON as it is measured")
     ap.add_argument("--profile", metavar="CMD:SIZE", help="cProfile one command and exit")
     args = ap.parse_args(argv)
     if args.quick:
