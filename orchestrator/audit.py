@@ -157,32 +157,47 @@ class SimilarIndex:
     per topic (thousands of topics made `ralph check` and `ralph migrate` quadratic).
 
     Candidates are the topics with the same sorted words (equal or reordered names) and
-    those with as many words whose first word shares a character trigram with the query's:
-    two words `_same_word` calls near-equal (ratio >= 0.85, at least 5 letters) differ by
-    about one edit per 7 letters, which always leaves 3 letters in a row untouched. Every
-    candidate is then confirmed with `similar` itself, so the answers are exactly its own.
+    those with as many words where each word shares a character trigram with the query's
+    word at the same position: two words `_same_word` calls near-equal (ratio >= 0.85, at
+    least 5 letters) differ by about one edit per 7 letters, which always leaves 3 letters
+    in a row untouched. The position with the fewest such topics gives the candidates, the
+    other positions filter them (index-wide "Billing: ..." topics share their first word),
+    and `similar` itself confirms each, so the answers are exactly its own.
     """
 
     def __init__(self) -> None:
         self._names: list[str] = []
+        self._grams: list[list[set[str]]] = []  # per topic, per word position
         self._by_words: dict[tuple[str, ...], list[int]] = {}
-        self._by_gram: dict[tuple[int, str], list[int]] = {}
+        self._by_gram: dict[tuple[int, int, str], list[int]] = {}
 
     def _candidates(self, words: list[str]) -> set[int]:
         found = set(self._by_words.get(tuple(sorted(words)), ()))
-        for g in _grams(words[0]):
-            found.update(self._by_gram.get((len(words), g), ()))
+        n = len(words)
+        grams = [_grams(w) for w in words]
+        postings = [[self._by_gram.get((n, p, g), []) for g in gs] for p, gs in enumerate(grams)]
+        best = min(range(n), key=lambda p: sum(len(x) for x in postings[p]))
+        others = [p for p in range(n) if p != best]
+        for posting in postings[best]:
+            for i in posting:
+                if i not in found and all(
+                    not self._grams[i][p].isdisjoint(grams[p]) for p in others
+                ):
+                    found.add(i)
         return found
 
     def add(self, name: str) -> None:
         words = norm_topic(name).split()
         n = len(self._names)
         self._names.append(name)
+        grams = [_grams(w) for w in words]
+        self._grams.append(grams)
         if not words:
             return
         self._by_words.setdefault(tuple(sorted(words)), []).append(n)
-        for g in _grams(words[0]):
-            self._by_gram.setdefault((len(words), g), []).append(n)
+        for p, gs in enumerate(grams):
+            for g in gs:
+                self._by_gram.setdefault((len(words), p, g), []).append(n)
 
     def matches(self, name: str) -> list[int]:
         """Positions (in insertion order) of the added names `similar` to `name`."""
