@@ -94,7 +94,29 @@ _SHORT = 512
 _DISK_KEEP = 20_000
 DISK_CACHE_FILE = "token-counts.json"
 
+# Texts longer than this are counted piece by piece (LARGE / 8 characters each, cut at a
+# blank line): a growing progress.txt keeps its earlier pieces, so only its new end is ever
+# encoded again, and no 50 MB text is encoded into one list of ids. Cut at blank lines,
+# the sum differs from a whole count by a token per piece at most (BPE merges across the
+# cut, rare at "\n\n").
+LARGE = 1 << 20
 _memory: dict[tuple[str, str], int] = {}
+
+
+def _pieces(text: str) -> list[str]:
+    """`text` cut after the first blank line past each LARGE // 8 characters. The cuts
+    depend only on what precedes them, so appending never moves an earlier cut."""
+    step = LARGE // 8
+    out: list[str] = []
+    start = 0
+    while len(text) - start > step:
+        cut = text.find("\n\n", start + step)
+        if cut < 0:
+            break
+        out.append(text[start : cut + 2])
+        start = cut + 2
+    out.append(text[start:])
+    return out
 
 
 class _DiskCache:
@@ -173,7 +195,10 @@ def count(text: str, encoding: str = DEFAULT_ENCODING) -> int:
             _disk.used.add(disk_key)
             _memory[key] = n
             return n
-    n = len(encoder(encoding).encode(text, disallowed_special=()))
+    if len(text) > LARGE:
+        n = sum(count(part, encoding) for part in _pieces(text))
+    else:
+        n = len(encoder(encoding).encode(text, disallowed_special=()))
     _memory[key] = n
     if disk_key is not None and _disk is not None:
         _disk.counts[disk_key] = n

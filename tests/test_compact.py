@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import audit, cli, compact, project
+from orchestrator import audit, cli, compact, project, tokens
 
 TOPICS = {
     "Auth flow": "auth-flow.md",
@@ -81,10 +81,11 @@ def make(
 
 
 def tree(root: Path) -> dict[str, str]:
+    """The project's files (not the token-count cache: a speed-up, not project state)."""
     return {
         p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
         for p in sorted(root.rglob("*"))
-        if p.is_file() and ".git" not in p.parts
+        if p.is_file() and ".git" not in p.parts and p.name != tokens.DISK_CACHE_FILE
     }
 
 

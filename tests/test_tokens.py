@@ -125,3 +125,17 @@ def test_counts_are_cached_by_content() -> None:
     n = tokens.count(long)
     assert n == tokens.count("".join(["word "] * 5000)) > 4000
     assert tokens.digest(long) == tokens.digest("word " * 5000) != tokens.digest(long + ".")
+
+
+def test_a_large_text_is_counted_in_stable_pieces() -> None:
+    """A 2 MB log: the piecewise count matches a whole count within a token per piece, and
+    appending to it keeps every earlier piece (only the new end is encoded again)."""
+    entry = "## 2026-01-13 - US-{n:04d}\n- Did `thing{n}` in src/a/b.ts\n  - learned: x\n\n"
+    text = "".join(entry.format(n=n) for n in range(30_000))
+    assert len(text) > tokens.LARGE
+    pieces = tokens._pieces(text)
+    assert "".join(pieces) == text and len(pieces) > 8
+    whole = len(tokens.encoder().encode(text, disallowed_special=()))
+    assert abs(tokens.count(text) - whole) <= len(pieces)
+    grown = tokens._pieces(text + entry.format(n=30_000))
+    assert grown[: len(pieces) - 1] == pieces[:-1]
