@@ -40,7 +40,7 @@ def collect(project: Any) -> dict[str, Any]:
         },
         "memory": {
             "progress_tokens": tokens.count(text, enc),
-            "entries": len(prog.entries),
+            "entries": prog.entry_count,
             "references_tokens": sum(r["tokens"] for r in refs if r["exists"]),
         },
         "index": [{"topic": r.topic, "path": r.path} for r in prog.index_rows],
