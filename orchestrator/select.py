@@ -344,12 +344,33 @@ _LOG_ID = re.compile(
 )
 
 
+# Logs longer than this are read from the end, a growing tail at a time, until it names
+# _TAIL_IDS ids: recency halves every RECENCY_HALF_LIFE stories, so a story hundreds of
+# stories back weighs 0.5 ** 100 and rounds to nothing, and a 50 MB log is not scanned whole.
+_TAIL_FROM = 1 << 20
+_TAIL_IDS = 500
+
+
 def story_order(history: str) -> dict[str, int]:
     """Story id -> position of its last mention in the log (an append-only file: later is
     more recent). Ids the log never mentions have no position."""
+    if len(history) <= _TAIL_FROM:
+        return _mentions(history, 0)
+    size = _TAIL_FROM
+    while True:
+        start = max(0, len(history) - size)
+        if start:  # start on a line, so no id is cut in two
+            start = history.find("\n", start) + 1 or len(history)
+        out = _mentions(history[start:], start)
+        if start == 0 or len(out) >= _TAIL_IDS:
+            return out
+        size *= 4
+
+
+def _mentions(text: str, offset: int) -> dict[str, int]:
     out: dict[str, int] = {}
-    for m in _LOG_ID.finditer(history):
-        out[m.group(1).rstrip(".")] = m.start()
+    for m in _LOG_ID.finditer(text):
+        out[m.group(1).rstrip(".")] = offset + m.start()
     return out
 
 
