@@ -145,3 +145,23 @@ def test_migrate_names_story_ids_per_token() -> None:
         "US-1.2",
     ]
     assert migrate._known_in("xUS-1 US-123 US-1-b", known) == []
+
+
+def test_an_agent_editing_a_topic_an_area_lists_is_not_unindexed(tmp_path: Path) -> None:
+    """After the loop's checks, a topic reached through an area reference counts as indexed."""
+    from orchestrator import checks
+
+    root = synth.flat_project(tmp_path / "p", 80)
+    (root / "ralph.yaml").write_text("references:\n  max_topics: 6\n")
+    project = locate(root)
+    migrate.apply(project, migrate.prepare(project))
+    area = next(r for r in _rows(root) if areas.is_area((root / r.path).read_text()))
+    _topic, leaf = areas.nested_rows((root / area.path).read_text())[0]
+    snap = checks.snapshot(project)
+    with (root / leaf).open("a") as f:
+        f.write("- [US-0081] A new learning in a nested topic.\n")
+    with (root / "scripts/ralph/progress.txt").open("a") as f:
+        f.write("\n## 2026-02-01 - US-0081\n- Did it\n---\n")
+    report = checks.verify(snap, project, "US-0081")
+    assert leaf in report.updated_references
+    assert not [f for f in report.findings if f.kind == "reference_unindexed"], report.findings
