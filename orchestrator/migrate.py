@@ -606,9 +606,7 @@ def _leaves(items: list[Item], budget: int, fill: int, merge_cap: int | None) ->
         name = _area_name(area, taken)
         taken.add(name)
         areas = sorted({_primary_area(i) or "" for i in groups[area]})
-        out.extend(
-            (*c, name) for c in _leaf_names(name, _named_chunks(name, groups[area], areas, fill))
-        )
+        out.extend((*c, name) for c in _named_chunks(name, groups[area], areas, fill))
     kw_budget = max(1, budget - len(out))
     for word, its in _cluster_keywords(without, kw_budget):
         word = _label(word, its) if word else ""
@@ -618,7 +616,7 @@ def _leaves(items: list[Item], budget: int, fill: int, merge_cap: int | None) ->
             name, n = f"{word.capitalize() if word else 'General'} notes {n}", n + 1
         taken.add(name)
         areas = sorted({a for i in its for a in [_primary_area(i)] if a is not None})
-        out.extend((*c, name) for c in _leaf_names(name, _named_chunks(name, its, areas, fill)))
+        out.extend((*c, name) for c in _named_chunks(name, its, areas, fill))
     return _distinct(out)
 
 
@@ -666,13 +664,13 @@ def _distinct(topics: list[Leaf]) -> list[Leaf]:
 
 
 def _named_chunks(
-    name: str, items: list[Item], areas: list[str], fill: int, depth: int = 0
+    name: str, items: list[Item], areas: list[str], fill: int
 ) -> list[tuple[str, list[Item], list[str]]]:
     """One topic, or, when it would outgrow the fill level, sub-topics by shared keyword
     packed first-fit into as few references as fit ("Features / auth: session, token").
-    A keyword group too big for one reference is split again by the words its learnings
-    share ("Features / auth: session, cookie"); only learnings that share no word are cut
-    by story ("..., US-012 to US-031"): never numbered parts that say nothing."""
+    A keyword group too big for one reference is cut into runs of consecutive stories,
+    named by the stories they span ("Features / auth: session, US-012 to US-031"), never
+    numbered parts that say nothing."""
 
     def size(its: list[Item]) -> int:
         return sum(i.tokens for i in its)
@@ -680,15 +678,18 @@ def _named_chunks(
     if size(items) <= fill:
         return [(name, items, areas)]
     groups = _cluster_keywords(items, 2 * math.ceil(size(items) / fill))
-    if len(groups) == 1 or depth >= 3:
+    if len(groups) == 1:
         return _by_stories(name, items, areas, fill)
     bins: list[tuple[list[str], list[Item]]] = []
     out: list[tuple[str, list[Item], list[str]]] = []
-    sep = ": " if depth == 0 else ", "
+    sep = ": "
     for word, its in sorted(groups, key=lambda g: (-size(g[1]), g[0])):
         label = _label(word, its)
         if size(its) > fill:
-            out.extend(_named_chunks(f"{name}{sep}{label}", its, areas, fill, depth + 1))
+            # Consecutive runs, not a finer keyword split: the learnings of neighbouring
+            # stories matter together (recall on the corpus bench fell with the finer
+            # split); `_leaf_names` then names each run by what sets it apart.
+            out.extend(_by_stories(f"{name}{sep}{label}", its, areas, fill))
             continue
         home = next((b for b in bins if size(b[1]) + size(its) <= fill), None)
         if home is None:
@@ -977,8 +978,19 @@ def _make_topics(
         for name, its, areas, group in leaves:
             topics.append(Topic(name, path_for(name), its, areas, group=group))
         return topics
-    groups: dict[str, list[tuple[str, list[Item], list[str], str]]] = {}
+    groups: dict[str, list[Leaf]] = {}
     for leaf in leaves:
+        groups.setdefault(leaf[3], []).append(leaf)
+    # Behind an area, a topic's name is all the agent sees of it: name each by the words
+    # that set it apart ("Search: tokenizer, ranking"). Flat indexes keep the keyword and
+    # story-span names, which rank the corpus's learnings exactly as before.
+    renamed = [
+        (*c, group)
+        for group, members in groups.items()
+        for c in _leaf_names(group, [m[:3] for m in members])
+    ]
+    groups = {}
+    for leaf in _distinct(renamed):
         groups.setdefault(leaf[3], []).append(leaf)
     for group, members in groups.items():
         if len(members) == 1:
