@@ -17,6 +17,7 @@ from typing import Any
 
 from orchestrator import areas, fsutil, tokens
 from orchestrator.errors import PathEscapeError
+from orchestrator.memory import FastStore
 
 INDEX_HEADING = "## Progress Index"
 ARCHIVED_HEADING = "## Archived"
@@ -237,6 +238,7 @@ class MemoryFiles:
     rel_dir: str
     texts: dict[str, str | None] = field(default_factory=dict)  # read once per path
     nested: list[Row] = field(default_factory=list)  # the topics area references list
+    store: Any = None  # project.references, resolving many paths at once
 
     @classmethod
     def load(cls, project: Any) -> MemoryFiles:
@@ -245,6 +247,7 @@ class MemoryFiles:
         text = fsutil.read_text(path) if path.exists() else ""
         rows, problems = parse_tables(text)
         mem = cls(project, text, rows, problems, project.references.rel_dir)
+        mem.store = FastStore(project.references)
         for r in rows:
             if r.archived:
                 continue
@@ -262,7 +265,7 @@ class MemoryFiles:
 
     def abs(self, index_path: str) -> Path:
         """The file an index path names; archived paths live under the same folder."""
-        return self.project.references.resolve(index_path)
+        return (self.store or self.project.references).resolve(index_path)
 
     def read(self, index_path: str) -> str | None:
         if index_path in self.texts:

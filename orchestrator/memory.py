@@ -46,7 +46,7 @@ class Memory:
         progress_path = Path(project.progress_path)
         text = fsutil.read_text(progress_path) if progress_path.is_file() else ""
         progress = Progress.parse(text)
-        store = _FastStore(project.references)
+        store = FastStore(project.references)
         refs: list[Reference] = []
         for row in progress.index_rows:
             ref = _reference(store, row.topic, row.path, encoding, progress_path)
@@ -69,7 +69,7 @@ class Memory:
         return [r for r in self.references if r.exists]
 
 
-class _FastStore:
+class FastStore:
     """`store.resolve` for many paths at once: the folder's plain files (no symlink on the
     way) are listed once, and a path naming one of them is that file; any other path goes
     through `store.resolve` and its checks. Resolving each of 10,000 paths on its own took

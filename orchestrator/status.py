@@ -13,6 +13,7 @@ from typing import Any
 
 from orchestrator import areas, audit, fsutil, ledger, tokens
 from orchestrator.errors import PathEscapeError
+from orchestrator.memory import FastStore
 
 
 def collect(project: Any) -> dict[str, Any]:
@@ -55,7 +56,7 @@ def collect(project: Any) -> dict[str, Any]:
 
 def references(project: Any, prog: Any, encoding: str) -> list[dict[str, Any]]:
     """Every index row (with its file's size) and every reference file not in the index."""
-    store = project.references
+    store = FastStore(project.references)
     out: list[dict[str, Any]] = []
     seen: set[str] = set()
     rows = [(row.topic, row.path, "") for row in prog.index_rows]
@@ -80,7 +81,7 @@ def references(project: Any, prog: Any, encoding: str) -> list[dict[str, Any]]:
             item["area"] = area
             item["note"] = (item["note"] + "; " if item["note"] else "") + f"in area {area}"
         out.append(item)
-    for f in store.files():
+    for f in project.references.files():
         if f.resolve().as_posix() in seen:
             continue
         out.append(
