@@ -65,7 +65,7 @@ def references(project: Any, prog: Any, encoding: str) -> list[dict[str, Any]]:
         item = {"topic": topic, "path": path, "exists": False, "tokens": 0, "note": ""}
         try:
             p = store.resolve(path)
-            seen.add(p.resolve().as_posix())
+            seen.add(p.as_posix())  # resolve() gave a real path already
             if p.is_file():
                 text = fsutil.read_text(p)
                 item.update(exists=True, tokens=tokens.count(text, encoding))
