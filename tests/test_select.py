@@ -263,3 +263,17 @@ def test_story_order_knows_dates_for_stories_without_an_id() -> None:
         "nothing alike", [src], history="## 2026-01-30 - a\n## 2026-02-02 - b\n"
     )
     assert scores[1] > scores[0] > 0
+
+
+def test_story_order_reads_a_long_log_from_its_end() -> None:
+    """Past 1 MB the log is read from the end until it names enough ids: the most recent
+    stories rank exactly as a whole scan ranks them."""
+    log = "".join(
+        f"## 2026-01-01 - US-{n:05d}\n- did a thing for US-{n:05d}\n\n" for n in range(40_000)
+    )
+    assert len(log) > sel._TAIL_FROM
+    order, whole = sel.story_order(log), sel._mentions(log, 0)
+    assert len(order) >= sel._TAIL_IDS
+    recent = sorted(order, key=lambda k: -order[k])[: sel._TAIL_IDS]
+    assert recent == sorted(whole, key=lambda k: -whole[k])[: sel._TAIL_IDS]
+    assert all(order[k] == whole[k] for k in order)

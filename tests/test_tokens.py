@@ -83,3 +83,59 @@ def test_fmt() -> None:
         "141k",
         "1.2M",
     ]
+
+
+_DISK = textwrap.dedent(
+    """
+    import json, sys
+    from orchestrator import tokens
+    tokens.use_disk_cache(sys.argv[1])
+    n = tokens.count(sys.stdin.read())
+    print(json.dumps({"n": n, "loaded": "tiktoken" in sys.modules}))
+    """
+)
+
+
+def test_disk_cache_counts_an_unchanged_text_once_across_processes(tmp_path: Path) -> None:
+    """The second process finds the count on disk and never loads tiktoken."""
+    text = SAMPLE * 200
+    logs = tmp_path / "logs"
+
+    def run() -> dict:
+        out = subprocess.run(
+            [sys.executable, "-c", _DISK, str(logs)],
+            input=text,
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=tmp_path,
+        )
+        return json.loads(out.stdout)
+
+    first = run()
+    assert first == {"n": tokens.count(text), "loaded": True}
+    assert (logs / tokens.DISK_CACHE_FILE).is_file()
+    assert run() == {"n": first["n"], "loaded": False}
+    (logs / tokens.DISK_CACHE_FILE).write_text("{not json")  # damaged: recounted, not fatal
+    assert run() == {"n": first["n"], "loaded": True}
+
+
+def test_counts_are_cached_by_content() -> None:
+    long = "word " * 5000
+    n = tokens.count(long)
+    assert n == tokens.count("".join(["word "] * 5000)) > 4000
+    assert tokens.digest(long) == tokens.digest("word " * 5000) != tokens.digest(long + ".")
+
+
+def test_a_large_text_is_counted_in_stable_pieces() -> None:
+    """A 2 MB log: the piecewise count matches a whole count within a token per piece, and
+    appending to it keeps every earlier piece (only the new end is encoded again)."""
+    entry = "## 2026-01-13 - US-{n:04d}\n- Did `thing{n}` in src/a/b.ts\n  - learned: x\n\n"
+    text = "".join(entry.format(n=n) for n in range(30_000))
+    assert len(text) > tokens.LARGE
+    pieces = tokens._pieces(text)
+    assert "".join(pieces) == text and len(pieces) > 8
+    whole = len(tokens.encoder().encode(text, disallowed_special=()))
+    assert abs(tokens.count(text) - whole) <= len(pieces)
+    grown = tokens._pieces(text + entry.format(n=30_000))
+    assert grown[: len(pieces) - 1] == pieces[:-1]

@@ -88,6 +88,8 @@ def _print_plan(plan: CompactPlan, fmt: Callable[[int], str]) -> None:
         print(f"  archive (stale): {r.topic} ({r.path})")
     for a, b in plan.merges:
         print(f"  merge: {b.topic} ({b.path}) into {a.topic} ({a.path})")
+    for name, path, rows in plan.nested:
+        print(f"  group: {len(rows)} topics under the area {name} ({path})")
     for r, n in plan.oversized:
         print(f"  condense: {r.topic} ({r.path}) is {fmt(n)} tokens")
     if plan.rotated:

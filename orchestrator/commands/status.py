@@ -80,6 +80,8 @@ def render(st: dict[str, Any], console: Console) -> None:
         markup=False,
         soft_wrap=True,
     )
+    for warning in st.get("warnings", []):
+        console.print(f"warning: {warning}", markup=False, soft_wrap=True)
     if st["index"] or st["references"]:
         t = Table(
             title="index and references", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False

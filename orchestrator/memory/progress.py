@@ -135,13 +135,15 @@ def _key(topic: str) -> str:
 
 
 class Progress:
-    def __init__(self, segments: list[_Segment]) -> None:
+    def __init__(self, segments: list[_Segment], text: str | None = None) -> None:
         self._segments = segments
-        self.text = "".join(s.text for s in segments)
+        # The segments join to the parsed text exactly: keep that one, not another copy of
+        # a log that may be tens of MB.
+        self.text = text if text is not None else "".join(s.text for s in segments)
 
     @classmethod
     def parse(cls, text: str) -> Progress:
-        return cls(_split(text))
+        return cls(_split(text), text)
 
     @classmethod
     def load(cls, path: Path) -> Progress:
@@ -186,6 +188,11 @@ class Progress:
     def entries(self) -> list[Entry]:
         """The log's entries in file order (a copy; reading them is cached)."""
         return list(self._entries)
+
+    @property
+    def entry_count(self) -> int:
+        """How many entries the log has, without reading them (status needs no more)."""
+        return sum(1 for s in self._segments if s.kind == "entry")
 
     @functools.cached_property
     def _entries(self) -> list[Entry]:

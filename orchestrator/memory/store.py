@@ -9,12 +9,14 @@ typo.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from orchestrator import fsutil, tokens
 from orchestrator.errors import PathEscapeError
+from orchestrator.memory import areas
 from orchestrator.memory.progress import Progress
 
 if TYPE_CHECKING:
@@ -39,6 +41,8 @@ class Reference:
     text: str
     tokens: int
     exists: bool
+    area: str = ""  # the area reference that lists this topic ("" for an index row)
+    is_area: bool = False  # an area reference: a table of topics, not learnings
 
 
 @dataclass
@@ -53,14 +57,18 @@ class Memory:
         """`project` is a project.Project, or anything with root, progress_path, references
         (a ReferenceStore) and config.encoding."""
         encoding = _encoding(project)
+        tokens.use_disk_cache(getattr(project, "logs_dir", None))
         progress_path = Path(project.progress_path)
         text = fsutil.read_text(progress_path) if fsutil.present(progress_path) else ""
         progress = Progress.parse(text)
-        store = project.references
-        refs = [
-            _reference(store, row.topic, row.path, encoding, progress_path)
-            for row in progress.index_rows
-        ]
+        store = FastStore(project.references)
+        refs: list[Reference] = []
+        for row in progress.index_rows:
+            ref = _reference(store, row.topic, row.path, encoding, progress_path)
+            refs.append(ref)
+            if ref.exists and areas.is_area(ref.text):
+                ref.is_area = True
+                refs.extend(_nested(store, ref, encoding, progress_path))
         return cls(progress=progress, progress_text=text, references=refs, encoding=encoding)
 
     def full_history_tokens(self, encoding: str | None = None) -> int:
@@ -74,6 +82,53 @@ class Memory:
     @property
     def existing(self) -> list[Reference]:
         return [r for r in self.references if r.exists]
+
+
+class FastStore:
+    """`store.resolve` for many paths at once: the folder's plain files (no symlink on the
+    way) are listed once, and a path naming one of them is that file; any other path goes
+    through `store.resolve` and its checks. Resolving each of 10,000 paths on its own took
+    two realpath walks apiece."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self.rel_dir = str(getattr(store, "rel_dir", "")).strip("/")
+        self.plain: set[str] = set()
+        folder = Path(store.dir)
+        if folder.is_dir() and not folder.is_symlink():
+            self.folder = folder.resolve()
+            self._walk(self.folder, "")
+
+    def _walk(self, folder: Path, prefix: str) -> None:
+        with os.scandir(folder) as entries:
+            for e in entries:
+                if e.is_symlink():
+                    continue
+                if e.is_dir():
+                    self._walk(Path(e.path), f"{prefix}{e.name}/")
+                elif e.is_file():
+                    self.plain.add(prefix + e.name)
+
+    def resolve(self, index_path: str) -> Path:
+        head = f"{self.rel_dir}/"
+        if index_path.startswith(head) and ".." not in index_path and "\\" not in index_path:
+            rel = index_path[len(head) :]
+            if rel in self.plain:
+                return self.folder / rel
+        return Path(self.store.resolve(index_path))
+
+
+def _nested(store: Any, area: Reference, encoding: str, progress: Path) -> list[Reference]:
+    """The topics an area reference lists (one level: they are never areas themselves)."""
+    out = []
+    for topic, path in areas.nested_rows(area.text):
+        try:
+            ref = _reference(store, topic, path, encoding, progress)
+        except PathEscapeError:
+            continue  # `ralph check` reports it against the area file; a prompt goes on
+        ref.area = area.topic
+        out.append(ref)
+    return out
 
 
 def _encoding(project: MemorySource) -> str:

@@ -30,7 +30,7 @@ import structlog
 
 from orchestrator import fsutil, git, redact
 from orchestrator.errors import InputError, PathEscapeError
-from orchestrator.memory import refloss
+from orchestrator.memory import areas, refloss
 from orchestrator.memory.history import merge_history
 from orchestrator.memory.markdown import malformed_rows, split_lines
 from orchestrator.memory.prd import Prd, Story
@@ -518,7 +518,20 @@ def _check_rows(
             )
             continue
         indexed.add(target)
+        indexed |= _nested_targets(store, target)
     return indexed
+
+
+def _nested_targets(store: ReferenceStore, area: Path) -> set[Path]:
+    """The files an area reference lists: indexed through it, not by a row of their own."""
+    text = _read_or_none(area)
+    out: set[Path] = set()
+    for _topic, path in areas.nested_rows(text or ""):
+        try:
+            out.add(store.resolve(path))
+        except PathEscapeError:
+            continue  # `ralph check` names it; a listed path outside the folder indexes nothing
+    return out
 
 
 def _check_table_syntax(progress: Progress, report: CheckReport) -> None:

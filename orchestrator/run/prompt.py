@@ -27,13 +27,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from orchestrator import fsutil
 from orchestrator import tokens as tok
 from orchestrator.errors import EXIT_BUDGET, ConfigError, FatalError, InputError
+
+if TYPE_CHECKING:
+    from orchestrator.run import select as sel
 
 log = structlog.get_logger()
 
@@ -55,6 +58,14 @@ TEMPLATE_FIELDS = (
 # References may fill at most this share of budget.prompt_tokens: with the relevance cut-off,
 # a second bound that keeps the prompt small when many items match (bench/README.md).
 REFERENCES_SHARE = 0.25
+# The whole index table is inlined while it costs at most this share of the budget. Past
+# that the prompt carries the rows for this story (its selected topics and their areas) and
+# one line saying how many more there are and where the whole table is: a table of 1,000
+# rows is 15k tokens, most of a 16k budget, and it grows with every topic.
+INDEX_INLINE_SHARE = 0.05
+# A table has far fewer tokens than this many characters each: longer is surely too big to
+# inline, without encoding it.
+_CHARS_PER_TOKEN_MAX = 8
 _PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_]+)\s*\}\}")
 
 
@@ -210,10 +221,9 @@ def _values(inp: Inputs, **parts: str) -> dict[str, str]:
     return vals
 
 
-@functools.lru_cache(maxsize=64)
 def _count(text: str, encoding: str) -> int:
-    """tok.count, remembered: the index and the story come back unchanged in every prompt
-    of an iteration and often across iterations, and each is thousands of tokens to encode."""
+    """tok.count, which remembers each text's count by content: the index and the story come
+    back unchanged in every prompt of an iteration and often across iterations."""
     return tok.count(text, encoding)
 
 
@@ -253,7 +263,11 @@ def counterfactual_tokens(inp: Inputs) -> int:
     """What Ralph would have loaded for this story: the full-mode prompt (plus the whole log
     when the agent reads progress.txt itself) and every reference, because without an index
     those learnings would sit in progress.txt."""
-    refs = sum(_ref_tokens(r, inp.encoding) for r in inp.references if getattr(r, "exists", True))
+    refs = sum(
+        _ref_tokens(r, inp.encoding)
+        for r in inp.references
+        if getattr(r, "exists", True) and not getattr(r, "is_area", False)
+    )
     return build_full(inp).full_history_tokens + refs
 
 
@@ -263,12 +277,59 @@ def _ref_tokens(ref: Any, encoding: str) -> int:
 
 
 def _index_block(inp: Inputs) -> str:
+    """The whole Progress Index, as progress.txt has it."""
     if inp.index_text.strip():
         return inp.index_text.strip("\n")
-    if not inp.references:
+    top = [r for r in inp.references if not getattr(r, "area", "")]
+    if not top:
         return ""
-    rows = "\n".join(f"| {r.topic} | {r.path} |" for r in inp.references)
+    rows = "\n".join(f"| {r.topic} | {r.path} |" for r in top)
     return f"## Progress Index\n| Topic | Reference Path |\n|---|---|\n{rows}"
+
+
+def _inline_whole(index: str, inp: Inputs) -> bool:
+    if inp.budget is None or not index:
+        return True
+    limit = int(INDEX_INLINE_SHARE * inp.budget)
+    if len(index) > _CHARS_PER_TOKEN_MAX * limit:
+        return False
+    return _count(index, inp.encoding) <= limit
+
+
+def _index_rows(inp: Inputs, chosen: Sequence[Any]) -> str:
+    """The index rows that matter to this story: its chosen topics (most relevant first,
+    within INDEX_INLINE_SHARE of the budget), each after the row of the area that lists it,
+    and one line on how many more there are and where the whole index is."""
+    area_path = {r.topic: r.path for r in inp.references if getattr(r, "is_area", False)}
+    room = int(INDEX_INLINE_SHARE * inp.budget) if inp.budget else None
+    rows: list[str] = []
+    shown: set[str] = set()
+    for r in chosen:
+        area = getattr(r, "area", "")
+        new = []
+        if area and area not in shown and area in area_path:
+            new.append(f"| {area} | {area_path[area]} |")
+        if r.path not in shown:
+            named = r.topic if not area or r.topic.startswith(area) else f"{area} / {r.topic}"
+            new.append(f"| {named} | {r.path} |")
+        cost = sum(_count(row, inp.encoding) + 1 for row in new)
+        if room is not None and cost > room:
+            break
+        room = None if room is None else room - cost
+        rows.extend(new)
+        shown.update([area, r.path] if area else [r.path])
+    more = len(inp.references) - len(rows)
+    where = inp.paths.get("progress_path", "progress.txt")
+    table = "\n".join(["| Topic | Reference Path |", "|---|---|", *rows]) if rows else ""
+    return "\n".join(
+        [
+            "## Progress Index (the rows for this story)",
+            *([table] if table else []),
+            "",
+            f"{more:,} more topics are not shown here: the whole index is the "
+            f"`## Progress Index` table in `{where}` (an area's row leads to its topics).",
+        ]
+    )
 
 
 def build_indexed(inp: Inputs, *, with_counterfactual: bool = True) -> Assembled:
@@ -278,10 +339,15 @@ def build_indexed(inp: Inputs, *, with_counterfactual: bool = True) -> Assembled
 
     enc = inp.encoding
     index = _index_block(inp)
+    whole = _inline_whole(index, inp)
+    if not whole:  # the rows come after selection; keep room for them
+        index = _index_rows(inp, [])
     base_vals = _values(inp, index=index)
     base = render_template(inp.indexed_template, base_vals)
     # Only a budget needs the fixed part's size (encoding it costs as much as the prompt).
     base_n = tok.count(base, enc) if inp.budget is not None else 0
+    if inp.budget is not None and not whole:
+        base_n += int(INDEX_INLINE_SHARE * inp.budget)
     if inp.budget is not None and base_n > inp.budget:
         raise PromptOverBudget(
             f"story {inp.story.id}: the prompt without any reference is {base_n} tokens, "
@@ -289,7 +355,9 @@ def build_indexed(inp: Inputs, *, with_counterfactual: bool = True) -> Assembled
             "Run `ralph compact` to shrink the Progress Index, shorten the story, or raise "
             "budget.prompt_tokens in ralph.yaml."
         )
-    present = [r for r in inp.references if getattr(r, "exists", True)]
+    present = [
+        r for r in inp.references if getattr(r, "exists", True) and not getattr(r, "is_area", False)
+    ]
     missing = [r for r in inp.references if not getattr(r, "exists", True)]
     sources = present  # memory.Reference has the topic, path and text the selector reads
     query = _query(inp.story)
@@ -312,6 +380,8 @@ def build_indexed(inp: Inputs, *, with_counterfactual: bool = True) -> Assembled
         )
         refs = sel.render(selection, sources)
         vals = {**base_vals, "references": refs}
+        if not whole:
+            vals["index"] = _index_rows(inp, _by_relevance(selection, sources))
         text = render_template(inp.indexed_template, vals)
         n = tok.count(text, enc)
         # Headings added around the chunks cost a few tokens the selector did not see.
@@ -347,6 +417,12 @@ def build_indexed(inp: Inputs, *, with_counterfactual: bool = True) -> Assembled
         inp.indexed_template.name,
         str(inp.story.id),
     )
+
+
+def _by_relevance(selection: sel.Selection, sources: Sequence[Any]) -> list[Any]:
+    """The selected references, most tokens taken first (then score: `considered`'s order)."""
+    by_path = {s.path: s for s in sources}
+    return [by_path[c["path"]] for c in selection.considered if c["taken"] and c["path"] in by_path]
 
 
 def _other_stories(inp: Inputs) -> dict[str, str]:
@@ -503,6 +579,12 @@ def assemble(
     or prompt.md in full mode)."""
     inp = inputs_for(project, story, memory, notes=notes, budget=budget, tool=tool)
     progress = memory.progress
-    rows = len(getattr(progress, "index_rows", []) or [])
-    fresh = bool(getattr(progress, "has_index", False)) and not getattr(progress, "entries", [])
+    # The index rows are the references that no area lists (parsing the table again, or
+    # every log entry just to see whether there is one, costs seconds on a long history).
+    rows = sum(1 for r in memory.references if not getattr(r, "area", ""))
+    fresh = (
+        not rows
+        and bool(getattr(progress, "has_index", False))
+        and not getattr(progress, "entries", [])
+    )
     return build(inp, str(mode or getattr(project.config, "mode", "auto")), rows, fresh_index=fresh)

@@ -18,12 +18,14 @@ every RECENCY_HALF_LIFE stories. The stories just before this one touched the sa
 more often than any other, and when a story's text says little, recency is what is left.
 
 Speed: each reference is indexed once per text (its items, their term counts as an
-inverted index, their groups) and cached, so a query looks up only its own terms; group
-scores are numpy sums over the hits; items are counted in tokens only when they pass the
-cut-off, once per text. Explicit hints come first: a story's own `references` list,
-then `references.always`; their items are taken in file order. Then items are taken by score
-while they stay above a relevance cut-off (a share of the best score) and fit the budget and
-the per-reference cap. Same inputs, same selection: ties break on file order, and scores are
+inverted index, their groups) and cached by content, never by a fixed size (with more
+references than such a cache holds, every lookup missed), so a query looks up only its
+own terms; group scores are numpy sums over the hits; items are counted in tokens only
+when they pass the cut-off, once per text. Explicit hints come first: a story's own
+`references` list, then `references.always`; their items are taken in file order. Then
+items are taken by score while they stay above a relevance cut-off (a share of the best
+score) and fit the budget and the per-reference cap. Same inputs, same selection: ties
+break on file order, and scores are
 rounded. bench/README.md has the measurements behind these choices.
 """
 
@@ -118,7 +120,7 @@ def stem(word: str) -> str:
     return word
 
 
-@functools.lru_cache(maxsize=262144)
+@functools.cache
 def _word_terms(word: str) -> tuple[str, ...]:
     out: list[str] = []
     parts = _CAMEL.findall(word)
@@ -133,7 +135,7 @@ def _word_terms(word: str) -> tuple[str, ...]:
     return tuple(out)
 
 
-@functools.lru_cache(maxsize=65536)
+@functools.cache
 def tokenize(text: str) -> tuple[str, ...]:
     """Words for ranking: identifiers split (camelCase, snake_case, paths), lower-cased,
     stemmed, stop words dropped. The whole identifier is kept too, so `useAuth` matches
@@ -145,7 +147,7 @@ def tokenize(text: str) -> tuple[str, ...]:
     return tuple(out)
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.cache
 def split_items(text: str) -> tuple[tuple[str, str], ...]:
     """(heading line, item text) for each item of a markdown reference, in file order.
 
@@ -210,16 +212,15 @@ def hinted(sources: Sequence[Source], hints: Iterable[str]) -> list[int]:
 # ----------------------------------------------------------------------------- scoring
 
 
-@functools.lru_cache(maxsize=65536)
+@functools.cache
 def _profile(text: str) -> tuple[int, Counter[str]]:
     """(number of terms, term counts) of a text, cached."""
     terms = tokenize(text)
     return len(terms), Counter(terms)
 
 
-@functools.lru_cache(maxsize=65536)
 def _count_tokens(text: str, encoding: str) -> int:
-    """tiktoken count, cached: the same items are counted at every iteration."""
+    """tiktoken count (tokens.count caches by content: items are counted once)."""
     return tok.count(text, encoding)
 
 
@@ -239,7 +240,7 @@ class _RefIndex:
     n: int  # terms of the whole reference (topic, items, section headings)
 
 
-@functools.lru_cache(maxsize=8192)
+@functools.cache
 def _ref_index(topic: str, path: str, text: str) -> _RefIndex:
     items = split_items(text)
     keys = tuple(_key(path, _tag(body), heading) for heading, body in items)
@@ -324,13 +325,13 @@ def _key(path: str, tag: str, heading: str) -> str:
     return tag if tag else f"#{path}:{heading}"
 
 
-@functools.lru_cache(maxsize=65536)
+@functools.cache
 def _tag(text: str) -> str:
     m = _TAG.match(text)
     return f"[{m.group(1).strip()}]" if m else ""
 
 
-@functools.lru_cache(maxsize=65536)
+@functools.cache
 def _tag_ids(key: str) -> tuple[str, ...]:
     if not key.startswith("["):
         return ()
@@ -343,12 +344,33 @@ _LOG_ID = re.compile(
 )
 
 
+# Logs longer than this are read from the end, a growing tail at a time, until it names
+# _TAIL_IDS ids: recency halves every RECENCY_HALF_LIFE stories, so a story hundreds of
+# stories back weighs 0.5 ** 100 and rounds to nothing, and a 50 MB log is not scanned whole.
+_TAIL_FROM = 1 << 20
+_TAIL_IDS = 500
+
+
 def story_order(history: str) -> dict[str, int]:
     """Story id -> position of its last mention in the log (an append-only file: later is
     more recent). Ids the log never mentions have no position."""
+    if len(history) <= _TAIL_FROM:
+        return _mentions(history, 0)
+    size = _TAIL_FROM
+    while True:
+        start = max(0, len(history) - size)
+        if start:  # start on a line, so no id is cut in two
+            start = history.find("\n", start) + 1 or len(history)
+        out = _mentions(history[start:], start)
+        if start == 0 or len(out) >= _TAIL_IDS:
+            return out
+        size *= 4
+
+
+def _mentions(text: str, offset: int) -> dict[str, int]:
     out: dict[str, int] = {}
-    for m in _LOG_ID.finditer(history):
-        out[m.group(1).rstrip(".")] = m.start()
+    for m in _LOG_ID.finditer(text):
+        out[m.group(1).rstrip(".")] = offset + m.start()
     return out
 
 

@@ -1,7 +1,9 @@
 """What `ralph status` reports, as plain data (the command only renders it).
 
-Read-only: nothing here writes a file. A missing progress.txt or ledger is reported as
-empty, not as an error; a missing or invalid prd.json is an error naming the file.
+Read-only: nothing here writes a project file (only the token-count cache in the logs
+folder, so an unchanged project is not counted again). A missing progress.txt or ledger is
+reported as empty, not as an error; a missing or invalid prd.json is an error naming the
+file.
 """
 
 from __future__ import annotations
@@ -11,6 +13,9 @@ from typing import Any
 
 from orchestrator import fsutil, ledger, tokens
 from orchestrator.errors import PathEscapeError
+from orchestrator.memory import areas
+from orchestrator.memory.store import FastStore
+from orchestrator.upkeep import audit
 
 
 def collect(project: Any) -> dict[str, Any]:
@@ -20,6 +25,7 @@ def collect(project: Any) -> dict[str, Any]:
     prd = Prd.load(Path(project.prd_path))
     nxt = prd.next_story()
     enc = project.config.encoding
+    tokens.use_disk_cache(getattr(project, "logs_dir", None))
     progress_path = Path(project.progress_path)
     text = fsutil.read_text(progress_path) if fsutil.present(progress_path) else ""
     prog = Progress.parse(text)
@@ -37,10 +43,14 @@ def collect(project: Any) -> dict[str, Any]:
         },
         "memory": {
             "progress_tokens": tokens.count(text, enc),
-            "entries": len(prog.entries),
+            "entries": prog.entry_count,
             "references_tokens": sum(r["tokens"] for r in refs if r["exists"]),
         },
         "index": [{"topic": r.topic, "path": r.path} for r in prog.index_rows],
+        "index_tokens": audit.index_size(text)[0],
+        "warnings": [w[0] + "; run `ralph compact --apply`"]
+        if (w := audit.index_warning(text, project.config.budget.prompt_tokens))
+        else [],
         "references": refs,
         "last_run": last_run(Path(project.ledger_path)),
         "live": live_run(project),
@@ -49,22 +59,32 @@ def collect(project: Any) -> dict[str, Any]:
 
 def references(project: Any, prog: Any, encoding: str) -> list[dict[str, Any]]:
     """Every index row (with its file's size) and every reference file not in the index."""
-    store = project.references
+    store = FastStore(project.references)
     out: list[dict[str, Any]] = []
     seen: set[str] = set()
-    for row in prog.index_rows:
-        item = {"topic": row.topic, "path": row.path, "exists": False, "tokens": 0, "note": ""}
+    rows = [(row.topic, row.path, "") for row in prog.index_rows]
+    while rows:
+        topic, path, area = rows.pop(0)
+        item = {"topic": topic, "path": path, "exists": False, "tokens": 0, "note": ""}
         try:
-            p = store.resolve(row.path)
-            seen.add(p.resolve().as_posix())
+            p = store.resolve(path)
+            seen.add(p.as_posix())  # resolve() gave a real path already
             if fsutil.present(p):
-                item.update(exists=True, tokens=tokens.count(fsutil.read_text(p), encoding))
+                text = fsutil.read_text(p)
+                item.update(exists=True, tokens=tokens.count(text, encoding))
+                if not area and areas.is_area(text):
+                    item["note"] = "area: lists topics"
+                    # Its topics follow it (one level: they are never areas themselves).
+                    rows[:0] = [(t, np, topic) for t, np in areas.nested_rows(text)]
             else:
                 item["note"] = "missing file"
         except PathEscapeError:
             item["note"] = "path outside the references folder"
+        if area:
+            item["area"] = area
+            item["note"] = (item["note"] + "; " if item["note"] else "") + f"in area {area}"
         out.append(item)
-    for f in store.files():
+    for f in project.references.files():
         if f.resolve().as_posix() in seen:
             continue
         out.append(

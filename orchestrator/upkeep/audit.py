@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import difflib
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from orchestrator import fsutil, tokens
 from orchestrator.errors import PathEscapeError
-from orchestrator.memory import journal
+from orchestrator.memory import areas, journal
 from orchestrator.memory.markdown import sections
 from orchestrator.memory.progress import extract_story_ids, looks_like_entry
+from orchestrator.memory.store import FastStore
 
 INDEX_HEADING = "## Progress Index"
 ARCHIVED_HEADING = "## Archived"
@@ -27,6 +28,10 @@ HISTORY_HEADING = "## Migrated History"
 _RESERVED = ("## progress index", "## archived", "## codebase patterns", "## migrated history")
 _SEPARATOR = re.compile(r"^:?-{3,}:?$")
 _NEAR = 0.85  # difflib ratio between two words that counts as the same word (typos)
+# `ralph check` and `ralph status` warn when the Progress Index passes this share of
+# budget.prompt_tokens: every agent that reads the index pays for it, and ralph.sh users
+# load all of it each iteration.
+INDEX_WARN_SHARE = 0.25
 
 
 @dataclass(frozen=True)
@@ -35,6 +40,7 @@ class Row:
     path: str
     line: int  # 1-based line in progress.txt
     archived: bool = False
+    area: str = ""  # for a topic an area reference lists: that area reference's path
 
 
 @dataclass(frozen=True)
@@ -124,9 +130,79 @@ def _same_word(x: str, y: str) -> bool:
     return sm.real_quick_ratio() >= _NEAR and sm.quick_ratio() >= _NEAR and sm.ratio() >= _NEAR
 
 
+def _grams(word: str) -> set[str]:
+    return {word[i : i + 3] for i in range(len(word) - 2)} or {word}
+
+
+class SimilarIndex:
+    """Topics indexed so that finding the `similar` ones costs a few comparisons, not one
+    per topic (thousands of topics made `ralph check` and `ralph migrate` quadratic).
+
+    Candidates are the topics with the same sorted words (equal or reordered names) and
+    those with as many words where each word shares a character trigram with the query's
+    word at the same position: two words `_same_word` calls near-equal (ratio >= 0.85, at
+    least 5 letters) differ by about one edit per 7 letters, which always leaves 3 letters
+    in a row untouched. The position with the fewest such topics gives the candidates, the
+    other positions filter them (index-wide "Billing: ..." topics share their first word),
+    and `similar` itself confirms each, so the answers are exactly its own.
+    """
+
+    def __init__(self) -> None:
+        self._names: list[str] = []
+        self._grams: list[list[set[str]]] = []  # per topic, per word position
+        self._by_words: dict[tuple[str, ...], list[int]] = {}
+        self._by_gram: dict[tuple[int, int, str], list[int]] = {}
+
+    def _candidates(self, words: list[str]) -> set[int]:
+        found = set(self._by_words.get(tuple(sorted(words)), ()))
+        n = len(words)
+        grams = [_grams(w) for w in words]
+        postings = [[self._by_gram.get((n, p, g), []) for g in gs] for p, gs in enumerate(grams)]
+        best = min(range(n), key=lambda p: sum(len(x) for x in postings[p]))
+        others = [p for p in range(n) if p != best]
+        for posting in postings[best]:
+            for i in posting:
+                if i not in found and all(
+                    not self._grams[i][p].isdisjoint(grams[p]) for p in others
+                ):
+                    found.add(i)
+        return found
+
+    def add(self, name: str) -> None:
+        words = norm_topic(name).split()
+        n = len(self._names)
+        self._names.append(name)
+        grams = [_grams(w) for w in words]
+        self._grams.append(grams)
+        if not words:
+            return
+        self._by_words.setdefault(tuple(sorted(words)), []).append(n)
+        for p, gs in enumerate(grams):
+            for g in gs:
+                self._by_gram.setdefault((len(words), p, g), []).append(n)
+
+    def matches(self, name: str) -> list[int]:
+        """Positions (in insertion order) of the added names `similar` to `name`."""
+        words = norm_topic(name).split()
+        if not words:
+            return []
+        return sorted(i for i in self._candidates(words) if similar(self._names[i], name))
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and bool(self.matches(name))
+
+
 def near_duplicate_pairs(rows: list[Row]) -> list[tuple[Row, Row]]:
-    """(earlier, later) rows whose topics are `similar`."""
-    return [(a, b) for i, a in enumerate(rows) for b in rows[i + 1 :] if similar(a.topic, b.topic)]
+    """(earlier, later) rows whose topics are `similar`, in row order."""
+    index = SimilarIndex()
+    pairs: list[tuple[int, int]] = []
+    for j, b in enumerate(rows):
+        pairs.extend((i, j) for i in index.matches(b.topic))
+        index.add(b.topic)
+    return [(rows[i], rows[j]) for i, j in sorted(pairs)]
 
 
 # ---------------------------------------------------------------- the memory on disk
@@ -141,24 +217,47 @@ class MemoryFiles:
     rows: list[Row]
     table_problems: list[tuple[int, str]]
     rel_dir: str
+    texts: dict[str, str | None] = field(default_factory=dict)  # read once per path
+    nested: list[Row] = field(default_factory=list)  # the topics area references list
+    store: Any = None  # project.references, resolving many paths at once
 
     @classmethod
     def load(cls, project: Any) -> MemoryFiles:
+        tokens.use_disk_cache(getattr(project, "logs_dir", None))
         path = Path(project.progress_path)
         text = fsutil.read_text(path) if fsutil.present(path) else ""
         rows, problems = parse_tables(text)
-        return cls(project, text, rows, problems, project.references.rel_dir)
+        mem = cls(project, text, rows, problems, project.references.rel_dir)
+        mem.store = FastStore(project.references)
+        for r in rows:
+            if r.archived:
+                continue
+            body = mem.read(r.path)
+            if body is not None and areas.is_area(body):
+                mem.nested += [Row(t, p, 0, False, r.path) for t, p in areas.nested_rows(body)]
+        return mem
+
+    def is_area(self, index_path: str) -> bool:
+        text = self.read(index_path)
+        return text is not None and areas.is_area(text)
+
+    def nested_of(self, index_path: str) -> list[Row]:
+        return [n for n in self.nested if n.area == index_path]
 
     def abs(self, index_path: str) -> Path:
         """The file an index path names; archived paths live under the same folder."""
-        return self.project.references.resolve(index_path)
+        return (self.store or self.project.references).resolve(index_path)
 
     def read(self, index_path: str) -> str | None:
+        if index_path in self.texts:
+            return self.texts[index_path]
         try:
             p = self.abs(index_path)
         except PathEscapeError:
             return None
-        return fsutil.read_text(p) if fsutil.present(p) else None
+        text = fsutil.read_text(p) if fsutil.present(p) else None
+        self.texts[index_path] = text
+        return text
 
 
 def parse_tables(text: str) -> tuple[list[Row], list[tuple[int, str]]]:
@@ -231,6 +330,7 @@ def check(project: Any) -> list[Finding]:
     out += _orphan_findings(mem)
     out += _duplicate_findings(mem, prog)
     out += _size_findings(mem)
+    out += _index_size_findings(mem, prog)
     out += _log_findings(mem, prog)
     out += _always_findings(mem)
     return out
@@ -272,15 +372,16 @@ def _journal_findings(project: Any) -> list[Finding]:
 
 def _row_findings(mem: MemoryFiles, prog: str) -> list[Finding]:
     out: list[Finding] = []
-    for r in mem.rows:
+    for r in [*mem.rows, *mem.nested]:
+        where, line = (r.area, None) if r.area else (prog, r.line)
         try:
             p = mem.abs(r.path)
         except PathEscapeError as exc:
             out.append(
                 Finding(
                     "path-escape",
-                    prog,
-                    r.line,
+                    where,
+                    line,
                     f"row {r.topic!r}: {exc}",
                     f"use a path inside {mem.rel_dir}/",
                 )
@@ -290,8 +391,8 @@ def _row_findings(mem: MemoryFiles, prog: str) -> list[Finding]:
             out.append(
                 Finding(
                     "missing-file",
-                    prog,
-                    r.line,
+                    where,
+                    line,
                     f"row {r.topic!r} points to {r.path}, which does not exist",
                     "create the file or delete the row",
                 )
@@ -301,7 +402,7 @@ def _row_findings(mem: MemoryFiles, prog: str) -> list[Finding]:
 
 def _orphan_findings(mem: MemoryFiles) -> list[Finding]:
     named: set[Path] = set()
-    for r in mem.rows:
+    for r in [*mem.rows, *mem.nested]:
         try:
             named.add(mem.abs(r.path).resolve())
         except PathEscapeError:
@@ -358,11 +459,13 @@ def _duplicate_findings(mem: MemoryFiles, prog: str) -> list[Finding]:
 def _size_findings(mem: MemoryFiles) -> list[Finding]:
     cap = mem.project.config.references.max_tokens
     out: list[Finding] = []
-    for r in mem.rows:
+    for r in [*mem.rows, *mem.nested]:
         if r.archived:
             continue
         text = mem.read(r.path)
-        if text is not None and (n := tokens.count(text)) > cap:
+        if text is None or (not r.area and areas.is_area(text)):
+            continue  # an area reference lists topics; it never goes into a prompt
+        if (n := tokens.count(text)) > cap:
             out.append(
                 Finding(
                     "oversized",
@@ -373,6 +476,45 @@ def _size_findings(mem: MemoryFiles) -> list[Finding]:
                 )
             )
     return out
+
+
+def index_size(text: str) -> tuple[int, int]:
+    """(tokens, 1-based heading line) of progress.txt's Progress Index section; (0, 0)
+    when there is none."""
+    lines = text.split("\n")
+    for heading, start, end in sections(lines):
+        if heading.lower().startswith(INDEX_HEADING.lower()):
+            return tokens.count("\n".join(lines[start:end])), start + 1
+    return 0, 0
+
+
+def index_warning(text: str, budget: int) -> tuple[str, int] | None:
+    """(message, line) when the index passes INDEX_WARN_SHARE of the prompt budget."""
+    n, line = index_size(text)
+    if n <= INDEX_WARN_SHARE * budget:
+        return None
+    return (
+        f"the Progress Index is {n:,} tokens, {100 * n / budget:.0f}% of "
+        f"budget.prompt_tokens ({budget:,}); past {100 * INDEX_WARN_SHARE:.0f}% every agent "
+        "that reads it pays for rows it does not need",
+        line,
+    )
+
+
+def _index_size_findings(mem: MemoryFiles, prog: str) -> list[Finding]:
+    warning = index_warning(mem.text, mem.project.config.budget.prompt_tokens)
+    if warning is None:
+        return []
+    return [
+        Finding(
+            "index-large",
+            prog,
+            warning[1],
+            warning[0],
+            "run `ralph compact --apply`: it groups topics under area references "
+            "(references.max_topics)",
+        )
+    ]
 
 
 def _log_findings(mem: MemoryFiles, prog: str) -> list[Finding]:

@@ -12,6 +12,7 @@ back, never left half-done.
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -21,7 +22,7 @@ import structlog
 
 from orchestrator import fsutil, tokens
 from orchestrator.errors import InputError
-from orchestrator.memory import refloss
+from orchestrator.memory import areas, refloss
 from orchestrator.memory.journal import Transaction
 from orchestrator.project import ensure_logs_dir
 from orchestrator.upkeep import audit
@@ -30,6 +31,7 @@ log = structlog.get_logger()
 
 LOG_ARCHIVE = "progress-log.md"
 ARCHIVED_HEADING = "## Archived"
+OTHER_AREA = "Other topics"
 
 
 # ---------------------------------------------------------------- the plan
@@ -41,6 +43,8 @@ class CompactPlan:
     stale_note: str = ""
     oversized: list[tuple[audit.Row, int]] = field(default_factory=list)
     merges: list[tuple[audit.Row, audit.Row]] = field(default_factory=list)
+    # (area topic, its index path, the rows it now lists): past references.max_topics
+    nested: list[tuple[str, str, list[audit.Row]]] = field(default_factory=list)
     rotated: int = 0
     writes: dict[Path, str | None] = field(default_factory=dict)
     progress_before: int = 0
@@ -144,6 +148,8 @@ def plan(project: Any) -> CompactPlan:
         else:
             for r in live:
                 keys = _ref_keys(r.path) | _ref_keys(r.topic)
+                for n in mem.nested_of(r.path):  # an area is in use when one of its topics is
+                    keys |= _ref_keys(n.path) | _ref_keys(n.topic)
                 if audit.norm_topic(r.topic) in always or keys & used or texts.get(r.path) is None:
                     continue
                 # A reference written (migrated, edited) after those stories has not had
@@ -156,14 +162,20 @@ def plan(project: Any) -> CompactPlan:
                 ref_writes[mem.abs(r.path)] = None
                 text = archive_row(remove_row(text, r), r.topic, dest)
     stale_paths = {r.path for r in out.stale}
+    live = [r for r in live if r.path not in stale_paths]
 
-    # 3. oversized (listed; condensed only on request)
+    # 3. bounded topics: past references.max_topics rows, group them under area references
+    limit = getattr(cfg.references, "max_topics", None)
+    if limit and len(live) > limit:
+        text = _nest(out, mem, text, live, always, limit, ref_writes)
+
+    # 4. oversized (listed; condensed only on request)
     for r in live:
         t = texts.get(r.path)
-        if r.path not in stale_paths and t is not None and tokens.count(t) > cap:
+        if t is not None and not areas.is_area(t) and tokens.count(t) > cap:
             out.oversized.append((r, tokens.count(t)))
 
-    # 4. log rotation
+    # 5. log rotation
     text, moved = rotate_log(text, cfg.log.keep_entries)
     if moved:
         out.rotated = len(moved)
@@ -180,6 +192,87 @@ def plan(project: Any) -> CompactPlan:
         tokens.count(t) for p, t in texts.items() if p not in dropped and p not in stale_paths and t
     )
     return out
+
+
+def _area_key(row: audit.Row, text: str | None) -> str:
+    """Which area a topic belongs to: its name's lead ("Billing" of "Billing: refunds"),
+    else the first folder its reference's `Areas:` line names, else none ("")."""
+    lead = row.topic.split(":", 1)[0].strip() if ":" in row.topic else ""
+    if lead:
+        return lead
+    m = re.search(r"(?m)^Areas?:\s*`?([^`,\n]+?)/?`?(?:,|$)", text or "")
+    if m:
+        parts = [p for p in m.group(1).split("/") if p]
+        return " / ".join(parts[-2:]).capitalize() if parts else ""
+    return ""
+
+
+def _groups(
+    rows: list[audit.Row], texts: dict[str, str | None], limit: int, fixed: int
+) -> dict[str, list[audit.Row]]:
+    """Rows by area; the smallest groups fold into "Other topics" until the index (the
+    groups, the rows left alone and `fixed` rows that stay) is within `limit`."""
+    groups: dict[str, list[audit.Row]] = {}
+    for r in rows:
+        groups.setdefault(_area_key(r, texts.get(r.path)) or OTHER_AREA, []).append(r)
+    other = groups.pop(OTHER_AREA, [])
+    order = sorted(groups, key=lambda k: (len(groups[k]), k))
+    while order and len(order) + fixed + (1 if other else 0) > limit:
+        other.extend(groups.pop(order.pop(0)))
+    if other:
+        groups[OTHER_AREA] = sorted(other, key=lambda r: r.line)
+    return groups
+
+
+def _nest(
+    out: CompactPlan,
+    mem: audit.MemoryFiles,
+    text: str,
+    live: list[audit.Row],
+    always: set[str],
+    limit: int,
+    ref_writes: dict[Path, str | None],
+) -> str:
+    """Group index rows under area references (written beside them, listing their rows) so
+    the index keeps at most `limit` rows; the topics' files stay where they are."""
+    keep = [r for r in live if audit.norm_topic(r.topic) in always or mem.is_area(r.path)]
+    movable = [r for r in live if r not in keep]
+    texts = {r.path: mem.read(r.path) for r in movable}
+    groups = _groups(movable, texts, limit, len(keep))
+    used = {r.path for r in live}
+    replace: dict[str, tuple[str, str, list[audit.Row]]] = {}
+    for name, rows in groups.items():
+        if len(rows) < 2:
+            continue
+        path, n = mem.project.references.index_path_for(name), 2
+        while path in used or mem.abs(path).exists():
+            path, n = mem.project.references.index_path_for(f"{name} {n}"), n + 1
+        used.add(path)
+        about = f"{name.lower()}" if name != OTHER_AREA else "topics of no one area"
+        ref_writes[mem.abs(path)] = areas.render(name, about, [(r.topic, r.path) for r in rows])
+        out.nested.append((name, path, rows))
+        for r in rows:
+            replace[r.path] = (name, path, rows)
+    return _rewrite_index(text, replace)
+
+
+def _rewrite_index(text: str, replace: dict[str, tuple[str, str, list[audit.Row]]]) -> str:
+    """One pass over the index: a grouped row gives way to its area's row (written where
+    the area's first row was), the others stay as they are."""
+    rows, _problems = audit.parse_tables(text)
+    lines = text.split("\n")
+    written: set[str] = set()
+    drop: set[int] = set()
+    for r in rows:
+        if r.archived or r.path not in replace:
+            continue
+        name, path, _members = replace[r.path]
+        if path in written:
+            drop.add(r.line - 1)
+        else:
+            lines[r.line - 1] = f"| {name} | {path} |"
+            written.add(path)
+    return "\n".join(ln for i, ln in enumerate(lines) if i not in drop)
 
 
 def apply(project: Any, p: CompactPlan) -> None:

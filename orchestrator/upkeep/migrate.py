@@ -22,8 +22,10 @@ import structlog
 
 from orchestrator import fsutil, tokens
 from orchestrator.errors import InputError
+from orchestrator.memory import areas as area_refs
 from orchestrator.memory.markdown import section_starts
 from orchestrator.memory.references import slugify
+from orchestrator.upkeep.audit import SimilarIndex
 
 if TYPE_CHECKING:
     from orchestrator.memory.prd import Prd
@@ -34,7 +36,10 @@ PATTERNS_TOPIC = "Codebase patterns"
 INDEX_HEADING = "## Progress Index"
 HISTORY_HEADING = "## Migrated History"
 DEFAULT_MAX_TOKENS = 800  # config.references.max_tokens default
-MAX_TOPICS = 24
+MAX_TOPICS = 24  # groups of learnings (areas of the code, then shared keywords)
+# config.references.max_topics default: more reference files than this and the groups
+# become area references (one index row each) listing their topics.
+DEFAULT_MAX_TOPICS = 60
 _FILL = 0.75  # fill references to 75% of the cap: room for the header and later appends
 
 _BRACKET_ENTRY = re.compile(r"(?i)^\[[^\]]{6,40}\]\s*(task|story|feature|iteration)\b\s*[:#-]")
@@ -123,6 +128,9 @@ class Topic:
     items: list[Item]
     areas: list[str]
     always: bool = False
+    group: str = ""  # the group of learnings it was cut from (an area or a keyword)
+    area: str = ""  # the area reference listing it; "" for a row of the Progress Index
+    children: list[Topic] = field(default_factory=list)  # an area reference's topics
 
 
 @dataclass
@@ -194,14 +202,31 @@ def _looks_like_header(lines: list[str], starts: list[int]) -> bool:
 # ---------------------------------------------------------------- reading one block
 
 
-def _story_ids(heading: str, body: list[str], known: list[str]) -> list[str]:
+_RUN = re.compile(r"[\w.-]+")
+
+
+def _known_in(text: str, known: dict[str, int]) -> list[str]:
+    """The known story ids `text` mentions as whole tokens, in `known`'s order. An id starts
+    a run of id characters and ends it, or ends before a "." that no digit follows ("US-1."
+    at a sentence's end, not "US-1.2"): each run's candidates are looked up, not each id
+    searched for (a 3,000-story prd made that quadratic)."""
+    hits: set[str] = set()
+    for m in _RUN.finditer(text):
+        run = m.group(0)
+        if run in known:
+            hits.add(run)
+        for k, ch in enumerate(run):
+            if ch == "." and not (k + 1 < len(run) and run[k + 1].isdigit()) and run[:k] in known:
+                hits.add(run[:k])
+    return sorted(hits, key=known.__getitem__)
+
+
+def _story_ids(heading: str, body: list[str], known: dict[str, int]) -> list[str]:
     head = re.sub(r"^#+\s*", "", heading)
     probe = [head, *[ln for ln in body[:4] if _STORY_FIELD.match(ln)]]
     found: list[str] = []
     for text in probe:
-        for sid in known:
-            if re.search(rf"(?<![\w.-]){re.escape(sid)}(?![\w-]|\.\d)", text) and sid not in found:
-                found.append(sid)
+        found.extend(sid for sid in _known_in(text, known) if sid not in found)
     if found:
         return found
     # A leading id token ("CD-62r.1 - ...", "scorched-earth-33s - ...") wins over the
@@ -257,7 +282,7 @@ def _files_changed(body: list[str]) -> list[str]:
     return files
 
 
-def _classify(heading: str, body: list[str], known: list[str], seen_story: bool) -> Block:
+def _classify(heading: str, body: list[str], known: dict[str, int], seen_story: bool) -> Block:
     title = heading.lower()
     if title.startswith("## codebase patterns"):
         return Block(heading, body, "patterns")
@@ -440,35 +465,50 @@ def _cluster_areas(items: list[Item], budget: int, fill: int) -> dict[str, list[
     return groups
 
 
+def _stem(word: str) -> str:
+    return word.rstrip("s") if len(word) > 4 else word
+
+
 def _words(text: str) -> set[str]:
-    return {
-        w.rstrip("s") if len(w) > 4 else w
-        for w in re.findall(r"[a-z][a-z0-9]{3,}", text.lower())
-        if w not in _STOP
-    }
+    return {_stem(w) for w in _WORD_RE.findall(text.lower()) if w not in _STOP}
+
+
+_WORD_RE = re.compile(r"[a-z][a-z0-9]{3,}")
 
 
 def _cluster_keywords(items: list[Item], budget: int) -> list[tuple[str, list[Item]]]:
     """Greedy: the word shared by most remaining items becomes a topic, until the budget is
-    spent or no word is shared by at least three items; the rest is 'General notes'."""
+    spent or no word is shared by at least three items; the rest is 'General notes'.
+    Word counts are kept up to date as items are taken (recounting every item each round
+    made large groups quadratic)."""
     left = list(items)
     out: list[tuple[str, list[Item]]] = []
     bags = {id(it): _words("\n".join(it.lines)) for it in items}
+    counts = Counter(w for it in left for w in bags[id(it)])
+    limit = max(3, len(items) // 2)
     while left and len(out) < budget:
-        counts = Counter(w for it in left for w in bags[id(it)])
-        if not counts:
+        best = min(((-c, w) for w, c in counts.items() if 0 < c <= limit), default=None)
+        if best is None or -best[0] < 3:
             break
-        limit = max(3, len(items) // 2)
-        ranked = sorted((-c, w) for w, c in counts.items() if c <= limit)
-        if not ranked or -ranked[0][0] < 3:
-            break
-        word = ranked[0][1]
+        word = best[1]
         chosen = [it for it in left if word in bags[id(it)]]
         out.append((word, chosen))
         left = [it for it in left if word not in bags[id(it)]]
+        for it in chosen:
+            counts.subtract(bags[id(it)])
     if left:
         out.append(("", left))
     return out
+
+
+def _label(word: str, items: list[Item]) -> str:
+    """The word as the learnings write it ("ingress", not the stem "ingre")."""
+    if not word:
+        return "other"
+    forms = Counter(
+        w for it in items for w in _WORD_RE.findall("\n".join(it.lines).lower()) if _stem(w) == word
+    )
+    return min(forms, key=lambda w: (-forms[w], w)) if forms else word
 
 
 def _chunk(items: list[Item], fill: int) -> list[list[Item]]:
@@ -483,13 +523,11 @@ def _chunk(items: list[Item], fill: int) -> list[list[Item]]:
     return chunks
 
 
-def _taken(name: str, taken: set[str]) -> bool:
-    from orchestrator.upkeep.audit import similar
-
-    return any(similar(name, t) for t in taken)
+def _taken(name: str, taken: SimilarIndex) -> bool:
+    return name in taken
 
 
-def _area_name(area: str, taken: set[str]) -> str:
+def _area_name(area: str, taken: SimilarIndex) -> str:
     """Short name from the folder's last meaningful parts; longer when that is taken."""
     if not area:
         return "Top-level files"
@@ -509,59 +547,106 @@ def _topic_budget(n_items: int, total_tokens: int, fill: int) -> int:
     return max(1, min(MAX_TOPICS, max(by_count, by_size)))
 
 
-def build_topics(items: list[Item], cap: int) -> list[tuple[str, list[Item], list[str]]]:
-    """(topic name, items, areas) for the learning items, deterministic and explainable."""
+Leaf = tuple[str, list[Item], list[str], str]  # (name, items, areas, group name)
+
+
+def build_topics(items: list[Item], cap: int, max_topics: int = DEFAULT_MAX_TOPICS) -> list[Leaf]:
+    """(topic name, items, areas, group) for the learning items, deterministic and
+    explainable. Groups (areas of the code, then shared keywords) stay below `max_topics`,
+    so that when their reference files are too many, each group can become one area
+    reference and the index stays within `max_topics` rows."""
     fill = int(cap * _FILL)
     budget = _topic_budget(len(items), sum(i.tokens for i in items), fill)
+    budget = max(1, min(budget, max_topics - 2))
+    leaves = _leaves(items, budget, fill, fill)
+    if len(leaves) > max_topics and len({leaf[3] for leaf in leaves}) > max_topics:
+        # Too many files for one row each, and too many groups for one area each: fold
+        # folders into their parents whatever their size (their topics split them again).
+        leaves = _leaves(items, budget, fill, None)
+    return leaves
+
+
+def _leaves(items: list[Item], budget: int, fill: int, merge_cap: int | None) -> list[Leaf]:
     with_area = [i for i in items if _primary_area(i) is not None]
     without = [i for i in items if _primary_area(i) is None]
-    groups = _cluster_areas(with_area, max(1, budget - 2), fill)
+    groups = _cluster_areas(with_area, max(1, budget - 2), merge_cap or 10**12)
     # Groups of one or two items are noise as topics: let the keyword pass place them.
     small = [k for k, v in groups.items() if len(v) < 3 and len(groups) > 1]
     for k in small:
         without.extend(groups.pop(k))
     without.sort(key=lambda i: i.order)
-    out: list[tuple[str, list[Item], list[str]]] = []
-    taken: set[str] = {PATTERNS_TOPIC}
+    out: list[Leaf] = []
+    taken = SimilarIndex()
+    taken.add(PATTERNS_TOPIC)
     for area in sorted(groups, key=lambda k: (-len(groups[k]), k)):
         name = _area_name(area, taken)
         taken.add(name)
         areas = sorted({_primary_area(i) or "" for i in groups[area]})
-        out.extend(_named_chunks(name, groups[area], areas, fill))
+        out.extend((*c, name) for c in _named_chunks(name, groups[area], areas, fill))
     kw_budget = max(1, budget - len(out))
     for word, its in _cluster_keywords(without, kw_budget):
+        word = _label(word, its) if word else ""
         name = f"{word.capitalize()} notes" if word else "General notes"
         n = 2
         while _taken(name, taken):
             name, n = f"{word.capitalize() if word else 'General'} notes {n}", n + 1
         taken.add(name)
         areas = sorted({a for i in its for a in [_primary_area(i)] if a is not None})
-        out.extend(_named_chunks(name, its, areas, fill))
+        out.extend((*c, name) for c in _named_chunks(name, its, areas, fill))
     return _distinct(out)
 
 
-def _distinct(topics: list[tuple[str, list[Item], list[str]]]):
+Chunk = tuple[str, list[Item], list[str]]
+
+
+def _leaf_names(group: str, chunks: list[Chunk]) -> list[Chunk]:
+    """Name each piece of a group that had to be split by the two words that set its
+    learnings apart from the rest of the group ("Search: tokenizer, ranking"): the words
+    most over-represented in it, used by at least two of its learnings."""
+    if len(chunks) <= 1:
+        return chunks
+    skip = _words(group.replace("/", " "))
+    bags = [[_words("\n".join(it.lines)) - skip for it in its] for _n, its, _a in chunks]
+    per = [Counter(w for bag in b for w in bag) for b in bags]
+    total: Counter[str] = Counter()
+    for c in per:
+        total.update(c)
+    n_all = sum(len(its) for _n, its, _a in chunks)
+    out: list[Chunk] = []
+    for (name, its, areas), counts in zip(chunks, per, strict=True):
+        n = len(its)
+        ranked = sorted(
+            (-(counts[w] / n) / (total[w] / n_all), -counts[w], w)
+            for w in counts
+            if counts[w] >= min(2, n) and not w.isdigit()
+        )
+        labels = [_label(w, its) for _r, _c, w in ranked[:2]]
+        out.append((f"{group}: {', '.join(labels)}" if labels else name, its, areas))
+    return out
+
+
+def _distinct(topics: list[Leaf]) -> list[Leaf]:
     """No two names `ralph check` would call duplicates: number the later ones."""
-    seen = {PATTERNS_TOPIC}
+    seen = SimilarIndex()
+    seen.add(PATTERNS_TOPIC)
     out = []
-    for name, its, areas in topics:
+    for name, its, areas, group in topics:
         final, n = name, 2
         while _taken(final, seen):
             final, n = f"{name} ({n})", n + 1
         seen.add(final)
-        out.append((final, its, areas))
+        out.append((final, its, areas, group))
     return out
 
 
 def _named_chunks(
-    name: str,
-    items: list[Item],
-    areas: list[str],
-    fill: int,
+    name: str, items: list[Item], areas: list[str], fill: int
 ) -> list[tuple[str, list[Item], list[str]]]:
     """One topic, or, when it would outgrow the fill level, sub-topics by shared keyword
-    packed first-fit into as few references as fit ("Features / auth: session, token");
-    a single keyword group too big for one reference is cut into consecutive parts."""
+    packed first-fit into as few references as fit ("Features / auth: session, token").
+    A keyword group too big for one reference is cut into runs of consecutive stories,
+    named by the stories they span ("Features / auth: session, US-012 to US-031"), never
+    numbered parts that say nothing."""
 
     def size(its: list[Item]) -> int:
         return sum(i.tokens for i in its)
@@ -570,13 +655,17 @@ def _named_chunks(
         return [(name, items, areas)]
     groups = _cluster_keywords(items, 2 * math.ceil(size(items) / fill))
     if len(groups) == 1:
-        return _parts(name, items, areas, fill)
+        return _by_stories(name, items, areas, fill)
     bins: list[tuple[list[str], list[Item]]] = []
     out: list[tuple[str, list[Item], list[str]]] = []
+    sep = ": "
     for word, its in sorted(groups, key=lambda g: (-size(g[1]), g[0])):
-        label = word or "other"
+        label = _label(word, its)
         if size(its) > fill:
-            out.extend(_parts(f"{name}: {label}", its, areas, fill))
+            # Consecutive runs, not a finer keyword split: the learnings of neighbouring
+            # stories matter together (recall on the corpus bench fell with the finer
+            # split); `_leaf_names` then names each run by what sets it apart.
+            out.extend(_by_stories(f"{name}{sep}{label}", its, areas, fill))
             continue
         home = next((b for b in bins if size(b[1]) + size(its) <= fill), None)
         if home is None:
@@ -586,15 +675,21 @@ def _named_chunks(
             home[1].extend(its)
     for labels, its in bins:
         shown = ", ".join(labels[:2]) + (", ..." if len(labels) > 2 else "")
-        out.append((f"{name}: {shown}", sorted(its, key=lambda i: i.order), areas))
+        out.append((f"{name}{sep}{shown}", sorted(its, key=lambda i: i.order), areas))
     return out
 
 
-def _parts(name: str, items: list[Item], areas: list[str], fill: int):
+def _by_stories(name: str, items: list[Item], areas: list[str], fill: int):
+    """Consecutive runs of learnings, each named by the stories it spans."""
     chunks = _chunk(items, fill)
     if len(chunks) == 1:
         return [(name, items, areas)]
-    return [(f"{name} (part {k} of {len(chunks)})", c, areas) for k, c in enumerate(chunks, 1)]
+    out = []
+    for c in chunks:
+        first, last = c[0].source.split(",")[0], c[-1].source.split(",")[0]
+        span = first if first == last else f"{first} to {last}"
+        out.append((f"{name}, {span}", c, areas))
+    return out
 
 
 # ---------------------------------------------------------------- rendering
@@ -733,7 +828,7 @@ def _render_progress(
     if not head.strip():
         head = "# Ralph Progress Log\n---"
     out = [head, "", INDEX_HEADING, "| Topic | Reference Path |", "|---|---|"]
-    out.extend(f"| {t.name} | {t.path} |" for t in topics)
+    out.extend(f"| {t.name} | {t.path} |" for t in topics if not t.area)
     out += ["", HISTORY_HEADING]
     where = f" the original file is kept whole at {archive_path}" if archive_path else ""
     out.append(
@@ -791,6 +886,7 @@ def build_plan(
     rel_dir: str = "ralph/references",
     max_tokens: int = DEFAULT_MAX_TOKENS,
     archive_path: str | None = None,
+    max_topics: int = DEFAULT_MAX_TOPICS,
 ) -> Plan:
     """Everything `build_memory` returns plus the topics and figures for a dry run."""
     before = tokens.count(progress_text)
@@ -803,18 +899,21 @@ def build_plan(
             rel_dir=rel_dir,
             max_tokens=max_tokens,
             archive_path=archive_path,
+            max_topics=max_topics,
         )
         plan.progress_text = plan.progress_text.replace("\n", "\r\n")
         plan.references = {k: v.replace("\n", "\r\n") for k, v in plan.references.items()}
         plan.tokens_before, plan.tokens_after = before, tokens.count(plan.progress_text)
         return plan
     titles = _story_titles(prd)
-    known = sorted(titles, key=len, reverse=True)
+    known = {sid: n for n, sid in enumerate(sorted(titles, key=len, reverse=True))}
     header, raw = _split_blocks(progress_text)
     blocks: list[Block] = []
+    seen_story = False
     for heading, body in raw:
-        block = _classify(heading, body, known, any(b.kind == "story" for b in blocks))
-        blocks.extend(_explode(block))
+        new = _explode(_classify(heading, body, known, seen_story))
+        blocks.extend(new)
+        seen_story = seen_story or any(b.kind == "story" for b in new)
     kept, overflow = _split_always(_always_units(blocks, max_tokens), max_tokens)
     items: list[Item] = []
     for u in overflow:
@@ -824,8 +923,8 @@ def build_plan(
             lines, _explicit = _learning_lines(b.body)
             items.extend(_items_of(b, lines, _source(b, n), len(items), max_tokens))
     _resolve_bare_names(items)
-    topics = _make_topics(items, kept, rel_dir, max_tokens)
-    refs = {t.path: (_render_always(kept) if t.always else _render_reference(t)) for t in topics}
+    topics = _make_topics(items, kept, rel_dir, max_tokens, max_topics)
+    refs = {t.path: _render_topic(t, kept) for t in topics}
     summaries = _summaries(blocks, titles)
     n_entries = sum(1 for b in blocks if b.kind == "story")
     text = _render_progress(header, topics, summaries, n_entries, archive_path)
@@ -833,23 +932,67 @@ def build_plan(
     return Plan(text, refs, topics, summaries, before, tokens.count(text))
 
 
-def _make_topics(items: list[Item], kept: list[list[str]], rel_dir: str, cap: int) -> list[Topic]:
+def _make_topics(
+    items: list[Item], kept: list[list[str]], rel_dir: str, cap: int, max_topics: int
+) -> list[Topic]:
+    """Index rows (and, past `max_topics` files, area references with their topics)."""
     topics: list[Topic] = []
     used: set[str] = set()
 
-    def path_for(name: str) -> str:
+    def path_for(name: str, folder: str = "") -> str:
         slug, n = slugify(name), 2
         base = slug
-        while slug in used:
+        while f"{folder}/{slug}" in used:
             slug, n = f"{base}-{n}", n + 1
-        used.add(slug)
-        return f"{rel_dir.rstrip('/')}/{slug}.md"
+        used.add(f"{folder}/{slug}")
+        return "/".join(p for p in (rel_dir.rstrip("/"), folder, f"{slug}.md") if p)
 
     if kept:
         topics.append(Topic(PATTERNS_TOPIC, path_for(PATTERNS_TOPIC), [], [], always=True))
-    for name, its, areas in build_topics(items, cap) if items else []:
-        topics.append(Topic(name, path_for(name), its, areas))
+    leaves = build_topics(items, cap, max_topics - len(topics)) if items else []
+    if len(topics) + len(leaves) <= max_topics:
+        for name, its, areas, group in leaves:
+            topics.append(Topic(name, path_for(name), its, areas, group=group))
+        return topics
+    groups: dict[str, list[Leaf]] = {}
+    for leaf in leaves:
+        groups.setdefault(leaf[3], []).append(leaf)
+    # Behind an area, a topic's name is all the agent sees of it: name each by the words
+    # that set it apart ("Search: tokenizer, ranking"). Flat indexes keep the keyword and
+    # story-span names, which rank the corpus's learnings exactly as before.
+    renamed = [
+        (*c, group)
+        for group, members in groups.items()
+        for c in _leaf_names(group, [m[:3] for m in members])
+    ]
+    groups = {}
+    for leaf in _distinct(renamed):
+        groups.setdefault(leaf[3], []).append(leaf)
+    for group, members in groups.items():
+        if len(members) == 1:
+            name, its, areas, _g = members[0]
+            topics.append(Topic(name, path_for(name), its, areas, group=group))
+            continue
+        area_areas = sorted({a for m in members for a in m[2]})
+        head = Topic(group, path_for(group), [], area_areas, group=group)
+        folder = head.path.rsplit("/", 1)[1][: -len(".md")]
+        head.children = [
+            Topic(name, path_for(name, folder), its, areas, group=group, area=group)
+            for name, its, areas, _g in members
+        ]
+        topics.append(head)
+        topics.extend(head.children)
     return topics
+
+
+def _render_topic(topic: Topic, kept: list[list[str]]) -> str:
+    if topic.always:
+        return _render_always(kept)
+    if topic.children:
+        where = ", ".join(f"`{a}/`" for a in topic.areas[:4] if a)
+        about = where or f"{topic.name.lower()}"
+        return area_refs.render(topic.name, about, [(t.name, t.path) for t in topic.children])
+    return _render_reference(topic)
 
 
 def _verify_lossless(items: list[Item], kept: list[list[str]], refs: dict[str, str]) -> None:
@@ -938,6 +1081,7 @@ def prepare(project: Any) -> Migration:
         rel_dir=project.references.rel_dir,
         max_tokens=project.config.references.max_tokens,
         archive_path=project.rel(archive),
+        max_topics=getattr(project.config.references, "max_topics", DEFAULT_MAX_TOPICS),
     )
     if plan.already_indexed:
         return Migration(

@@ -1,0 +1,366 @@
+"""How the memory commands grow with history and with references.
+
+    .venv/bin/python bench/scale.py            # bench/results/scale.{md,json}, docs/img/scale.png
+    .venv/bin/python bench/scale.py --quick    # small sizes, one repeat: a sanity run (seconds)
+    .venv/bin/python bench/scale.py --profile migrate:1000   # cProfile one command at one size
+
+Projects come from bench/synth.py (entries shaped like the corpus's). Two axes:
+- history: 30 / 300 / 1,000 / 3,000 stories. `ralph migrate --dry-run` and `ralph migrate`
+  on the flat log; `check`, `compact` (dry run), `prompt` and `status` on an indexed project
+  with 100 references and that history in progress.txt;
+- references: 10 / 100 / 1,000 / 10,000 index rows over a 3,000-story history.
+
+Every command runs as a real `ralph` subprocess; wall time from `time.perf_counter`, CPU time
+(user + system) from `resource.getrusage(RUSAGE_CHILDREN)`, median of `--repeats`. The growth
+exponent is the slope of log(CPU) against log(size) (least squares over all sizes, and
+between the two largest, where start-up no longer hides the growth). The machine this runs on
+is often shared: CPU seconds are the steadier figure, wall seconds say what a user waits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+
+import synth  # noqa: E402
+
+HISTORY = (30, 300, 1000, 3000)
+REFS = (10, 100, 1000, 10000)
+HISTORY_REFS = 100  # references of the indexed projects on the history axis
+REFS_STORIES = 3000  # history of the projects on the references axis
+QUICK_HISTORY = (10, 40)
+QUICK_REFS = (5, 20)
+# Commands per project kind: (label, argv after `ralph`).
+FLAT_COMMANDS = (("migrate --dry-run", ["migrate", "--dry-run"]), ("migrate", ["migrate"]))
+INDEXED_COMMANDS = (
+    ("check", ["check"]),
+    ("compact", ["compact"]),
+    ("prompt", ["prompt", "--json"]),
+    ("status", ["status", "--json"]),
+)
+
+
+def ralph_argv() -> list[str]:
+    """The installed `ralph` beside this interpreter, else `python -m orchestrator`."""
+    exe = Path(sys.executable).with_name("ralph")
+    return [str(exe)] if exe.exists() else [sys.executable, "-m", "orchestrator"]
+
+
+def timed(argv: Sequence[str], cwd: Path, timeout: float) -> dict[str, Any]:
+    """Run one command; wall and CPU seconds, exit code and the tail of its output."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run(
+            list(argv), cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False
+        )
+        code, out, err = proc.returncode, proc.stdout, proc.stderr
+    except subprocess.TimeoutExpired as exc:
+        code, out, err = None, str(exc.stdout or ""), "timed out"
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return {"wall": wall, "cpu": cpu, "exit": code, "stdout": out, "stderr": err[-400:]}
+
+
+def _prompt_facts(stdout: str) -> dict[str, Any]:
+    try:
+        data = json.loads(stdout)
+    except ValueError:
+        return {}
+    parts = data.get("parts") or {}
+    return {"prompt_tokens": data.get("tokens"), "index_tokens": parts.get("index")}
+
+
+def measure(
+    label: str, argv: list[str], project: Path, repeats: int, timeout: float, fresh: bool
+) -> dict[str, Any]:
+    """Median of `repeats` runs; `fresh` runs each on a new copy (commands that write)."""
+    runs = []
+    for _ in range(repeats):
+        cwd = project
+        if fresh:
+            cwd = project.with_name(project.name + "-run")
+            shutil.rmtree(cwd, ignore_errors=True)
+            shutil.copytree(project, cwd)
+        r = timed([*ralph_argv(), *argv], cwd, timeout)
+        runs.append(r)
+        if fresh:
+            shutil.rmtree(cwd, ignore_errors=True)
+        if r["exit"] is None:
+            break  # a timed-out command is not worth repeating
+    row: dict[str, Any] = {
+        "command": label,
+        "wall": statistics.median(r["wall"] for r in runs),
+        "cpu": statistics.median(r["cpu"] for r in runs),
+        "exit": runs[-1]["exit"],
+        "runs": [{k: r[k] for k in ("wall", "cpu", "exit")} for r in runs],
+    }
+    if label == "prompt":
+        row.update(_prompt_facts(runs[-1]["stdout"]))
+    if runs[-1]["exit"] not in (0, 1):  # check exits 1 with findings: a result, not a failure
+        row["stderr"] = runs[-1]["stderr"]
+    return row
+
+
+def slope(sizes: Sequence[float], values: Sequence[float]) -> float | None:
+    """Least-squares slope of log(value) against log(size)."""
+    pts = [(math.log(s), math.log(v)) for s, v in zip(sizes, values, strict=True) if v > 0]
+    if len(pts) < 2:
+        return None
+    mx = statistics.mean(p[0] for p in pts)
+    my = statistics.mean(p[1] for p in pts)
+    den = sum((x - mx) ** 2 for x, _ in pts)
+    return sum((x - mx) * (y - my) for x, y in pts) / den if den else None
+
+
+def exponents(rows: list[dict[str, Any]], axis: str) -> dict[str, dict[str, float | None]]:
+    out: dict[str, dict[str, float | None]] = {}
+    for cmd in dict.fromkeys(r["command"] for r in rows if r["axis"] == axis):
+        pts = sorted(
+            (r["size"], r["cpu"]) for r in rows if r["axis"] == axis and r["command"] == cmd
+        )
+        sizes, cpus = [p[0] for p in pts], [p[1] for p in pts]
+        out[cmd] = {"all": slope(sizes, cpus), "top two": slope(sizes[-2:], cpus[-2:])}
+    return out
+
+
+def run_axis(
+    axis: str, sizes: Sequence[int], work: Path, args: argparse.Namespace
+) -> list[dict[str, Any]]:
+    rows = []
+    for size in sizes:
+        if axis == "history":
+            projects = [
+                (synth.flat_project(work / f"flat-{size}", size), FLAT_COMMANDS),
+                (
+                    synth.indexed_project(work / f"idx-{size}", size, args.history_refs),
+                    INDEXED_COMMANDS,
+                ),
+            ]
+        else:
+            projects = [
+                (
+                    synth.indexed_project(work / f"refs-{size}", args.refs_stories, size),
+                    INDEXED_COMMANDS,
+                )
+            ]
+        for project, commands in projects:
+            for label, argv in commands:
+                if args.only and label.split()[0] not in args.only:
+                    continue
+                fresh = argv == ["migrate"]
+                row = measure(label, argv, project, args.repeats, args.timeout, fresh)
+                row.update(axis=axis, size=size)
+                rows.append(row)
+                if args.progress_file:  # rows so far survive an interrupted run
+                    with open(args.progress_file, "a", encoding="utf-8") as f:
+                        f.write(json.dumps(row) + "\n")
+                print(
+                    f"{axis:>10} {size:>6} {label:<18} wall {row['wall']:8.2f}s  "
+                    f"cpu {row['cpu']:8.2f}s  exit {row['exit']}",
+                    flush=True,
+                )
+            shutil.rmtree(project, ignore_errors=True)
+    return rows
+
+
+def _cell(rows: list[dict[str, Any]], axis: str, cmd: str, size: int) -> str:
+    r = next(
+        (r for r in rows if r["axis"] == axis and r["command"] == cmd and r["size"] == size), None
+    )
+    if r is None:
+        return "-"
+    bad = "" if r["exit"] in (0, 1) else f" (exit {r['exit']})"
+    return f"{r['wall']:.2f} / {r['cpu']:.2f}{bad}"
+
+
+def _fmt_exp(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
+def markdown(result: dict[str, Any]) -> str:
+    rows = result["rows"]
+    lines = [
+        "# Scale benchmark: memory commands against history and references",
+        "",
+        f"Measured {result['when']} on {result['machine']} (load average at start "
+        f"{result['load']}); median of {result['repeats']} run(s); cells are wall / CPU "
+        "seconds of one real `ralph` subprocess. Growth exponent: slope of log CPU against "
+        "log size, over all sizes and between the two largest.",
+        "",
+    ]
+    for axis, sizes, what in (
+        (
+            "history",
+            result["history_sizes"],
+            f"stories (indexed projects: {result['history_refs']} references)",
+        ),
+        (
+            "references",
+            result["refs_sizes"],
+            f"references ({result['refs_stories']}-story history)",
+        ),
+    ):
+        if not any(r["axis"] == axis for r in rows):
+            continue
+        exp = result["exponents"][axis]
+        head = " | ".join(f"{s:,}" for s in sizes)
+        lines += [
+            f"## By {what}",
+            "",
+            f"| command | {head} | exponent (all / top two) |",
+            "|---|" + "---:|" * len(sizes) + "---:|",
+        ]
+        for cmd in exp:
+            cells = " | ".join(_cell(rows, axis, cmd, s) for s in sizes)
+            e = exp[cmd]
+            lines.append(
+                f"| `ralph {cmd}` | {cells} | {_fmt_exp(e['all'])} / {_fmt_exp(e['top two'])} |"
+            )
+        lines.append("")
+        prompts = [r for r in rows if r["axis"] == axis and r["command"] == "prompt"]
+        if prompts:
+            lines.append(
+                "Prompt tokens (index part): "
+                + ", ".join(
+                    f"{r['size']:,}: {r.get('prompt_tokens')} ({r.get('index_tokens')})"
+                    for r in prompts
+                )
+            )
+            lines.append("")
+    return "\n".join(lines)
+
+
+def chart(result: dict[str, Any], path: Path) -> None:
+    import matplotlib  # heavy: only the chart needs it
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = result["rows"]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    for ax, axis, xlabel in zip(
+        axes, ("history", "references"), ("stories", "references"), strict=True
+    ):
+        for cmd in result["exponents"].get(axis, {}):
+            pts = sorted(
+                (r["size"], r["cpu"]) for r in rows if r["axis"] == axis and r["command"] == cmd
+            )
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=f"ralph {cmd}")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("CPU seconds (median)")
+        ax.set_title(f"by {xlabel}")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def profile(spec: str, work: Path, args: argparse.Namespace) -> None:
+    """cProfile one command in-process: `migrate:1000` (flat log) or `prompt:1000` (refs)."""
+    import cProfile
+    import pstats
+
+    cmd, size = spec.split(":")
+    n = int(size)
+    if cmd == "migrate":
+        project = synth.flat_project(work / "prof", n)
+        argv = ["migrate", "--dry-run"]
+    else:
+        project = synth.indexed_project(work / "prof", args.refs_stories, n)
+        argv = {"prompt": ["prompt", "--json"], "status": ["status", "--json"]}.get(cmd, [cmd])
+    os.chdir(project)
+    from orchestrator import cli
+
+    prof = cProfile.Profile()
+    prof.enable()
+    with contextlib.suppress(SystemExit):
+        cli.main(argv)
+    prof.disable()
+    pstats.Stats(prof, stream=sys.stderr).sort_stats("cumulative").print_stats(35)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="tiny sizes, one repeat")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument(
+        "--history", type=int, nargs="*", help="story counts (default 30 300 1000 3000)"
+    )
+    ap.add_argument("--refs", type=int, nargs="*", help="reference counts (default 10 ... 10000)")
+    ap.add_argument("--history-refs", type=int, default=HISTORY_REFS)
+    ap.add_argument("--refs-stories", type=int, default=REFS_STORIES)
+    ap.add_argument(
+        "--only", nargs="*", help="commands to run (migrate check compact prompt status)"
+    )
+    ap.add_argument("--timeout", type=float, default=900.0, help="seconds per command run")
+    ap.add_argument("--out", type=Path, default=HERE / "results")
+    ap.add_argument("--chart", type=Path, default=ROOT / "docs" / "img" / "scale.png")
+    ap.add_argument("--no-chart", action="store_true")
+    ap.add_argument("--progress-file", type=Path, help="append each row as JSON as it is measured")
+    ap.add_argument("--profile", metavar="CMD:SIZE", help="cProfile one command and exit")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.repeats = 1
+        args.history = args.history or list(QUICK_HISTORY)
+        args.refs = args.refs if args.refs is not None else list(QUICK_REFS)
+        args.history_refs, args.refs_stories = min(args.history_refs, 8), min(args.refs_stories, 40)
+    history = HISTORY if args.history is None else tuple(args.history)
+    refs = REFS if args.refs is None else tuple(args.refs)
+    with tempfile.TemporaryDirectory(prefix="ralph-scale-") as tmp:
+        work = Path(tmp)
+        if args.profile:
+            profile(args.profile, work, args)
+            return 0
+        rows = run_axis("history", history, work, args) + run_axis("references", refs, work, args)
+    result = {
+        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "machine": f"{os.cpu_count()} CPUs",
+        "load": " ".join(f"{x:.1f}" for x in os.getloadavg()),
+        "repeats": args.repeats,
+        "history_sizes": list(history),
+        "refs_sizes": list(refs),
+        "history_refs": args.history_refs,
+        "refs_stories": args.refs_stories,
+        "rows": rows,
+        "exponents": {
+            "history": exponents(rows, "history"),
+            "references": exponents(rows, "references"),
+        },
+    }
+    name = "scale-quick" if args.quick else "scale"
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    (args.out / f"{name}.md").write_text(markdown(result) + "\n", encoding="utf-8")
+    if not args.no_chart:
+        chart(result, args.chart if not args.quick else args.out / f"{name}.png")
+    print(markdown(result))
+    failed = [r for r in rows if r["exit"] not in (0, 1)]
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
