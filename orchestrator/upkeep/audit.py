@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator import fsutil, tokens
-from orchestrator.errors import PathEscapeError
+from orchestrator.errors import FatalError, PathEscapeError
 from orchestrator.memory import journal
 from orchestrator.memory.markdown import sections
+from orchestrator.memory.prd import Prd
 from orchestrator.memory.progress import extract_story_ids, looks_like_entry
 
 INDEX_HEADING = "## Progress Index"
@@ -200,7 +201,11 @@ def _parse_table(lines: list[str], start: int, end: int, archived: bool):
             continue
         if len(cells) != 2 or not cells[0] or not cells[1]:
             problems.append((i + 1, f"a row needs exactly 2 cells (topic, path), found {cells}"))
-            continue
+            if len(cells) < 2 or not cells[0] or not cells[1]:
+                continue
+            # Extra cells: the loop and `ralph status` read the first two, so this row still
+            # names its reference; dropping it here would call that file an orphan and
+            # suggest deleting it.
         if not seen_sep:
             problems.append((i + 1, "the table has no header separator line (|---|---|)"))
             seen_sep = True
@@ -377,8 +382,9 @@ def _size_findings(mem: MemoryFiles) -> list[Finding]:
 
 def _log_findings(mem: MemoryFiles, prog: str) -> list[Finding]:
     out: list[Finding] = []
+    known = _prd_story_ids(mem.project)
     for heading, start, _end in sections(mem.text.split("\n")):
-        if is_reserved(heading) or story_ids(heading):
+        if is_reserved(heading) or story_ids(heading) or _names_one_of(heading, known):
             continue
         out.append(
             Finding(
@@ -390,3 +396,18 @@ def _log_findings(mem: MemoryFiles, prog: str) -> list[Finding]:
             )
         )
     return out
+
+
+def _prd_story_ids(project: Any) -> list[str]:
+    """prd.json's story ids: an id the heading pattern cannot recognise (`API/006`) is still
+    a story id when prd.json has it. A missing or broken prd.json is not this check's to
+    report."""
+    try:
+        return [s.id for s in Prd.load(project.prd_path).stories]
+    except (FatalError, OSError):
+        return []
+
+
+def _names_one_of(heading: str, ids: list[str]) -> bool:
+    words = set(re.split(r"[\s,:;()\[\]]+", heading))
+    return any(i in words for i in ids)

@@ -1,0 +1,85 @@
+"""Defects found by trying to break the merged trust fixes (issue 11) through the real CLI:
+a tired user's odd files and a confused agent's odd index rows, each through a real `ralph`
+process in a tmp git repo.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from run_helpers import make_project, ralph
+
+RD = "scripts/ralph"
+
+
+def no_traceback(out: subprocess.CompletedProcess) -> None:
+    assert "Traceback" not in out.stdout + out.stderr, out.stderr[-3000:]
+
+
+def _progress(root: Path, index_rows: list[str], log: str = "") -> Path:
+    refs = root / "ralph" / "references"
+    refs.mkdir(parents=True, exist_ok=True)
+    (refs / "auth.md").write_text("# Auth\n\n- sessions live in redis\n")
+    (refs / "db.md").write_text("# Database\n\n- migrations run with alembic\n")
+    path = root / RD / "progress.txt"
+    path.write_text(
+        "# Ralph Progress Log\nStarted: today\n---\n\n## Progress Index\n"
+        "| Topic | Reference Path |\n|---|---|\n" + "".join(r + "\n" for r in index_rows) + log
+    )
+    return path
+
+
+def test_a_row_with_an_extra_cell_still_names_its_reference(tmp_path: Path) -> None:
+    """`ralph status` and the loop read the first two cells of `| Auth | path | note |`; check
+    flagged the row but then called auth.md an orphan and said to delete it."""
+    root = make_project(tmp_path / "p")
+    _progress(
+        root,
+        [
+            "| Auth | ralph/references/auth.md | added by US-002 |",
+            "| Database | ralph/references/db.md |",
+        ],
+    )
+    out = ralph(root, "check")
+    no_traceback(out)
+    assert out.returncode == 1
+    assert "[malformed-table]" in out.stdout
+    assert "orphan-file" not in out.stdout, out.stdout
+    assert "delete it" not in out.stdout, out.stdout
+
+
+def test_a_four_cell_row_repeating_a_path_is_reported_as_a_duplicate(tmp_path: Path) -> None:
+    root = make_project(tmp_path / "p")
+    _progress(
+        root,
+        [
+            "| Auth | ralph/references/auth.md |",
+            "| Database | ralph/references/db.md |",
+            "| Auth again | ralph/references/auth.md | a | b |",
+        ],
+    )
+    out = ralph(root, "check")
+    no_traceback(out)
+    assert "[duplicate-path]" in out.stdout, out.stdout
+    assert "orphan-file" not in out.stdout
+
+
+def test_a_story_id_with_a_slash_is_a_story_id_for_check(tmp_path: Path) -> None:
+    """prd.json may use `API/006`; a log entry headed with it has a story id."""
+    root = make_project(tmp_path / "p", 1)
+    prd_path = root / RD / "prd.json"
+    prd = json.loads(prd_path.read_text())
+    prd["userStories"][0]["id"] = "API/006"
+    prd_path.write_text(json.dumps(prd, indent=2))
+    _progress(
+        root,
+        ["| Auth | ralph/references/auth.md |", "| Database | ralph/references/db.md |"],
+        "\n## 2026-12-01 16:51 - API/006\n- Implemented: the API\n"
+        "\n## 2026-12-01 17:00 - nothing here\n- no id at all\n",
+    )
+    out = ralph(root, "check")
+    no_traceback(out)
+    assert "API/006" not in out.stdout, out.stdout
+    assert "'## 2026-12-01 17:00 - nothing here' has no story id" in out.stdout
