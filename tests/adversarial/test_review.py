@@ -83,3 +83,21 @@ def test_a_story_id_with_a_slash_is_a_story_id_for_check(tmp_path: Path) -> None
     no_traceback(out)
     assert "API/006" not in out.stdout, out.stdout
     assert "'## 2026-12-01 17:00 - nothing here' has no story id" in out.stdout
+
+
+def test_a_quoted_password_in_a_story_is_masked_in_the_json_transcript(tmp_path: Path) -> None:
+    """The prompt copy masked `password: "hunter2hunter2"`, but the transcript is stream-json,
+    where the quotes are escaped (`\\"`, `\\\\\\"` inside a tool call's input): it stayed there."""
+    root = make_project(tmp_path / "p", 1)
+    prd_path = root / RD / "prd.json"
+    prd = json.loads(prd_path.read_text())
+    prd["userStories"][0]["description"] = 'Log in with password: "hunter2hunter2" as admin.'
+    prd_path.write_text(json.dumps(prd, indent=2))
+    subprocess.run(["git", "commit", "-qam", "secret"], cwd=root, check=True)
+    out = ralph(root, "run", "--tool", "sim", "1")
+    no_traceback(out)
+    logs = root / "ralph" / "logs"
+    written = [p for p in logs.rglob("*") if p.is_file()]
+    assert any(p.name.endswith(".log") for p in written), written
+    leaks = [str(p) for p in written if "hunter2hunter2" in p.read_text(errors="replace")]
+    assert not leaks, leaks
