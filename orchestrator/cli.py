@@ -76,7 +76,11 @@ def chosen_command(argv: Sequence[str]) -> str | None:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(chosen_command(argv))
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        # The command's own usage (`ralph migrate [--dry-run] ...`), not the top-level one,
+        # so a wrong flag shows the flags that exist.
+        _command_parser(parser, args.command).error(f"unrecognized arguments: {' '.join(extra)}")
     if not getattr(args, "func", None):
         parser.print_help()
         return 0
@@ -84,6 +88,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "exit_one", False) and code not in (0, EXIT_INTERRUPTED):
         return 1  # `ralph run --compat`: ralph.sh exits 1 for every failure
     return code
+
+
+def _command_parser(parser: argparse.ArgumentParser, name: str | None) -> argparse.ArgumentParser:
+    for action in parser._actions:  # argparse has no public handle on its sub-parsers
+        choices = action.choices
+        if isinstance(choices, dict) and name in choices:
+            found = choices[name]
+            if isinstance(found, argparse.ArgumentParser):
+                return found
+    return parser
 
 
 def _call(args: argparse.Namespace) -> int:

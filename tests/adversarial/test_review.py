@@ -101,3 +101,17 @@ def test_a_quoted_password_in_a_story_is_masked_in_the_json_transcript(tmp_path:
     assert any(p.name.endswith(".log") for p in written), written
     leaks = [str(p) for p in written if "hunter2hunter2" in p.read_text(errors="replace")]
     assert not leaks, leaks
+
+
+def test_a_wrong_flag_shows_the_commands_own_usage(tmp_path: Path) -> None:
+    """`ralph migrate --apply` (compact's flag; migrate applies unless --dry-run) printed the
+    top-level usage, which names no flag of migrate."""
+    root = make_project(tmp_path / "p")
+    out = ralph(root, "migrate", "--apply")
+    no_traceback(out)
+    assert out.returncode == 2
+    assert "usage: ralph migrate" in out.stderr and "--dry-run" in out.stderr, out.stderr
+    assert "ralph migrate: error: unrecognized arguments: --apply" in out.stderr
+    out = ralph(root, "run", "--frob")
+    assert out.returncode == 2 and "usage: ralph run" in out.stderr, out.stderr
+    assert not (root / "ralph" / "logs").exists()
