@@ -233,6 +233,7 @@ def check(project: Any) -> list[Finding]:
         for n, why in mem.table_problems
     ]
     out += _row_findings(mem, prog)
+    out += _folder_findings(mem)
     out += _orphan_findings(mem)
     out += _duplicate_findings(mem, prog)
     out += _size_findings(mem)
@@ -302,6 +303,23 @@ def _row_findings(mem: MemoryFiles, prog: str) -> list[Finding]:
                 )
             )
     return out
+
+
+def _folder_findings(mem: MemoryFiles) -> list[Finding]:
+    """A file (or anything else) where the references folder belongs: every reference
+    write fails, and the agent's learnings never reach memory."""
+    folder = mem.project.references.dir
+    if folder.is_dir() or not (folder.exists() or folder.is_symlink()):
+        return []
+    return [
+        Finding(
+            "references-not-a-folder",
+            mem.rel_dir,
+            None,
+            "is not a folder, so no reference can be written",
+            f"move it away and create the folder: mkdir -p {mem.rel_dir}",
+        )
+    ]
 
 
 def _orphan_findings(mem: MemoryFiles) -> list[Finding]:

@@ -115,3 +115,15 @@ def test_a_wrong_flag_shows_the_commands_own_usage(tmp_path: Path) -> None:
     out = ralph(root, "run", "--frob")
     assert out.returncode == 2 and "usage: ralph run" in out.stderr, out.stderr
     assert not (root / "ralph" / "logs").exists()
+
+
+def test_a_file_where_the_references_folder_belongs_is_a_finding(tmp_path: Path) -> None:
+    """`ralph check` said OK while every reference write of the run failed (EEXIST)."""
+    root = make_project(tmp_path / "p")
+    (root / "ralph").mkdir()
+    (root / "ralph" / "references").write_text("not a folder\n")
+    out = ralph(root, "check")
+    no_traceback(out)
+    assert out.returncode == 1, out.stdout
+    assert "ralph/references: is not a folder" in out.stdout, out.stdout
+    assert "[references-not-a-folder]" in out.stdout
