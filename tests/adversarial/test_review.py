@@ -127,3 +127,14 @@ def test_a_file_where_the_references_folder_belongs_is_a_finding(tmp_path: Path)
     assert out.returncode == 1, out.stdout
     assert "ralph/references: is not a folder" in out.stdout, out.stdout
     assert "[references-not-a-folder]" in out.stdout
+
+
+def test_migrate_names_a_folder_called_progress_txt_as_a_folder(tmp_path: Path) -> None:
+    """Every other command said "is a folder"; migrate said "no progress.txt to migrate"."""
+    root = make_project(tmp_path / "p")
+    (root / RD / "progress.txt").mkdir()
+    out = ralph(root, "migrate")
+    no_traceback(out)
+    assert out.returncode == 2
+    assert "progress.txt: is a folder" in out.stderr, out.stderr
+    assert "no progress.txt to migrate" not in out.stderr
