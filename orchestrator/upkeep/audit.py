@@ -36,6 +36,7 @@ class Row:
     path: str
     line: int  # 1-based line in progress.txt
     archived: bool = False
+    extra_cells: bool = False  # `| topic | path | note |`: read, but never rewritten
 
 
 @dataclass(frozen=True)
@@ -209,7 +210,7 @@ def _parse_table(lines: list[str], start: int, end: int, archived: bool):
         if not seen_sep:
             problems.append((i + 1, "the table has no header separator line (|---|---|)"))
             seen_sep = True
-        rows.append(Row(cells[0], cells[1].strip("`"), i + 1, archived))
+        rows.append(Row(cells[0], cells[1].strip("`"), i + 1, archived, len(cells) > 2))
     return rows, problems
 
 
@@ -364,7 +365,8 @@ def _duplicate_findings(mem: MemoryFiles, prog: str) -> list[Finding]:
                 )
             )
         seen_path.setdefault(key, r)
-    for a, b in near_duplicate_pairs([r for r in mem.rows if not r.archived]):
+    # Only rows compact can merge: one with extra cells is reported as malformed first.
+    for a, b in near_duplicate_pairs([r for r in mem.rows if not r.archived and not r.extra_cells]):
         kind = "duplicate-topic" if norm_topic(a.topic) == norm_topic(b.topic) else "near-duplicate"
         out.append(
             Finding(
