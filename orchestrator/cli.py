@@ -82,7 +82,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = chosen_command(argv)
     # `ralph completion` describes every command, so it needs all of them registered.
     parser = build_parser(command, every=command == "completion")
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        # The command's own usage (`ralph migrate [--dry-run] ...`), not the top-level one,
+        # so a wrong flag shows the flags that exist.
+        _command_parser(parser, args.command).error(f"unrecognized arguments: {' '.join(extra)}")
     if not getattr(args, "func", None):
         parser.print_help()
         return 0
@@ -91,6 +95,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "exit_one", False) and code != 0 and not stopped:
         return 1  # `ralph run --compat`: ralph.sh exits 1 for every failure
     return code
+
+
+def _command_parser(parser: argparse.ArgumentParser, name: str | None) -> argparse.ArgumentParser:
+    for action in parser._actions:  # argparse has no public handle on its sub-parsers
+        choices = action.choices
+        if isinstance(choices, dict) and name in choices:
+            found = choices[name]
+            if isinstance(found, argparse.ArgumentParser):
+                return found
+    return parser
 
 
 def _call(args: argparse.Namespace) -> int:

@@ -58,6 +58,9 @@ _PATTERNS = [
     # JWT: three base64url parts, the first two JSON objects ("eyJ" is '{"').
     _token("eyJ", r"[A-Za-z0-9_\-]{8,}+\.eyJ[A-Za-z0-9_\-]{8,}+\.[A-Za-z0-9_\-]{8,}+"),
 ]
+# An optional quote around a key or value, escaped when the text is JSON (a transcript's
+# `"password: \"x\""`) or JSON inside JSON (a tool call's input): up to 7 backslashes.
+_QUOTE = r"""(?:\\{0,7}+["'])?"""
 # Keep the label, mask the value (group 2).
 _KEYS = (
     r"(?:password|passwd|passphrase|secret|client[_-]?secret|api[_-]?key|apikey|"
@@ -82,7 +85,9 @@ _LABELLED = [
     # `max_tokens: 4096` and `tokenizer: x` are not secrets.
     (
         _KEY_HINTS,
-        re.compile(rf"""({_KEYS}["']?[ \t]{{0,4}}+(?:=|:(?!//))[ \t]{{0,4}}+["']?)({_VALUE})"""),
+        re.compile(
+            rf"""({_KEYS}{_QUOTE}[ \t]{{0,4}}+(?:=|:(?!//))[ \t]{{0,4}}+{_QUOTE})({_VALUE})"""
+        ),
     ),
     # Command-line flags: --password hunter2, --api-key=...; -p is too ambiguous to take.
     (_KEY_HINTS, re.compile(rf"(--{_KEYS}(?:=|[ \t]++))({_VALUE})")),

@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator import fsutil, tokens
-from orchestrator.errors import PathEscapeError
+from orchestrator.errors import FatalError, PathEscapeError
 from orchestrator.memory import areas, journal
 from orchestrator.memory.markdown import sections
+from orchestrator.memory.prd import Prd
 from orchestrator.memory.progress import extract_story_ids, looks_like_entry
 from orchestrator.memory.store import FastStore
 
@@ -41,6 +42,7 @@ class Row:
     line: int  # 1-based line in progress.txt
     archived: bool = False
     area: str = ""  # for a topic an area reference lists: that area reference's path
+    extra_cells: bool = False  # `| topic | path | note |`: read, but never rewritten
 
 
 @dataclass(frozen=True)
@@ -299,11 +301,15 @@ def _parse_table(lines: list[str], start: int, end: int, archived: bool):
             continue
         if len(cells) != 2 or not cells[0] or not cells[1]:
             problems.append((i + 1, f"a row needs exactly 2 cells (topic, path), found {cells}"))
-            continue
+            if len(cells) < 2 or not cells[0] or not cells[1]:
+                continue
+            # Extra cells: the loop and `ralph status` read the first two, so this row still
+            # names its reference; dropping it here would call that file an orphan and
+            # suggest deleting it.
         if not seen_sep:
             problems.append((i + 1, "the table has no header separator line (|---|---|)"))
             seen_sep = True
-        rows.append(Row(cells[0], cells[1].strip("`"), i + 1, archived))
+        rows.append(Row(cells[0], cells[1].strip("`"), i + 1, archived, len(cells) > 2))
     return rows, problems
 
 
@@ -327,6 +333,7 @@ def check(project: Any) -> list[Finding]:
         for n, why in mem.table_problems
     ]
     out += _row_findings(mem, prog)
+    out += _folder_findings(mem)
     out += _orphan_findings(mem)
     out += _duplicate_findings(mem, prog)
     out += _size_findings(mem)
@@ -400,6 +407,23 @@ def _row_findings(mem: MemoryFiles, prog: str) -> list[Finding]:
     return out
 
 
+def _folder_findings(mem: MemoryFiles) -> list[Finding]:
+    """A file (or anything else) where the references folder belongs: every reference
+    write fails, and the agent's learnings never reach memory."""
+    folder = mem.project.references.dir
+    if folder.is_dir() or not (folder.exists() or folder.is_symlink()):
+        return []
+    return [
+        Finding(
+            "references-not-a-folder",
+            mem.rel_dir,
+            None,
+            "is not a folder, so no reference can be written",
+            f"move it away and create the folder: mkdir -p {mem.rel_dir}",
+        )
+    ]
+
+
 def _orphan_findings(mem: MemoryFiles) -> list[Finding]:
     named: set[Path] = set()
     for r in [*mem.rows, *mem.nested]:
@@ -442,7 +466,8 @@ def _duplicate_findings(mem: MemoryFiles, prog: str) -> list[Finding]:
                 )
             )
         seen_path.setdefault(key, r)
-    for a, b in near_duplicate_pairs([r for r in mem.rows if not r.archived]):
+    # Only rows compact can merge: one with extra cells is reported as malformed first.
+    for a, b in near_duplicate_pairs([r for r in mem.rows if not r.archived and not r.extra_cells]):
         kind = "duplicate-topic" if norm_topic(a.topic) == norm_topic(b.topic) else "near-duplicate"
         out.append(
             Finding(
@@ -519,8 +544,9 @@ def _index_size_findings(mem: MemoryFiles, prog: str) -> list[Finding]:
 
 def _log_findings(mem: MemoryFiles, prog: str) -> list[Finding]:
     out: list[Finding] = []
+    known = _prd_story_ids(mem.project)
     for heading, start, _end in sections(mem.text.split("\n")):
-        if is_reserved(heading) or story_ids(heading):
+        if is_reserved(heading) or story_ids(heading) or _names_one_of(heading, known):
             continue
         out.append(
             Finding(
@@ -532,3 +558,18 @@ def _log_findings(mem: MemoryFiles, prog: str) -> list[Finding]:
             )
         )
     return out
+
+
+def _prd_story_ids(project: Any) -> list[str]:
+    """prd.json's story ids: an id the heading pattern cannot recognise (`API/006`) is still
+    a story id when prd.json has it. A missing or broken prd.json is not this check's to
+    report."""
+    try:
+        return [s.id for s in Prd.load(project.prd_path).stories]
+    except (FatalError, OSError):
+        return []
+
+
+def _names_one_of(heading: str, ids: list[str]) -> bool:
+    words = set(re.split(r"[\s,:;()\[\]]+", heading))
+    return any(i in words for i in ids)

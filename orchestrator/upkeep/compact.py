@@ -112,7 +112,9 @@ def plan(project: Any) -> CompactPlan:
     mem = audit.MemoryFiles.load(project)
     cap = cfg.references.max_tokens
     out = CompactPlan(progress_before=tokens.count(mem.text))
-    live = [r for r in mem.rows if not r.archived]
+    # A row with extra cells is the user's to fix (`ralph check` names it): merging or ageing
+    # it would drop the line, and what the extra cells said with it.
+    live = [r for r in mem.rows if not r.archived and not r.extra_cells]
     texts = {r.path: mem.read(r.path) for r in live}
     out.refs_before = sum(tokens.count(t) for t in texts.values() if t is not None)
     always = {audit.norm_topic(t) for t in [*cfg.references.always, "Codebase patterns"]}

@@ -1068,7 +1068,8 @@ def prepare(project: Any) -> Migration:
     """Plan the migration of `project` (reads only). Raises InputError, changing nothing,
     when progress.txt is missing or a reference file with other content is in the way."""
     path = Path(project.progress_path)
-    if not path.is_file():
+    # present(): a folder or FIFO named progress.txt is that error, not "no progress.txt".
+    if not fsutil.present(path):
         raise InputError(
             f"{path}: no progress.txt to migrate. Fix: run in the project or pass "
             "--dir with the Ralph folder that holds progress.txt"
