@@ -378,7 +378,7 @@ class Prd:
         except FileNotFoundError:
             raise InputError(
                 f"{path}: not found. Fix: create it (`ralph init` writes an "
-                "example) or point --dir at the folder that holds it"
+                "example) or point --dir (or ralph.yaml's ralph_dir) at the folder that holds it"
             ) from None
         except IsADirectoryError:
             raise InputError(f"{path}: is a directory, not a prd.json file") from None
