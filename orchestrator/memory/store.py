@@ -34,6 +34,13 @@ class MemorySource(Protocol):
     def references(self) -> ReferenceStore: ...
 
 
+class PathResolver(Protocol):
+    """Turns an index row's path into the file it names, refusing one that leaves the
+    references folder (PathEscapeError): a ReferenceStore, or a FastStore over one."""
+
+    def resolve(self, index_path: str) -> Path: ...
+
+
 @dataclass
 class Reference:
     topic: str
@@ -118,7 +125,7 @@ class FastStore:
         return Path(self.store.resolve(index_path))
 
 
-def _nested(store: Any, area: Reference, encoding: str, progress: Path) -> list[Reference]:
+def _nested(store: PathResolver, area: Reference, encoding: str, progress: Path) -> list[Reference]:
     """The topics an area reference lists (one level: they are never areas themselves)."""
     out = []
     for topic, path in areas.nested_rows(area.text):
@@ -137,7 +144,7 @@ def _encoding(project: MemorySource) -> str:
 
 
 def _reference(
-    store: ReferenceStore, topic: str, path: str, encoding: str, progress: Path
+    store: PathResolver, topic: str, path: str, encoding: str, progress: Path
 ) -> Reference:
     try:
         file = store.resolve(path)

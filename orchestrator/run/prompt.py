@@ -120,7 +120,7 @@ class Assembled:
     mode: str  # "indexed" | "full"
     counter: Callable[[], Counts] = field(repr=False)
     selected: list[str]
-    considered: list[dict]
+    considered: list[dict[str, Any]]
     source: str = ""  # the template or user file the text came from
     story_id: str = ""
 
@@ -436,7 +436,8 @@ def _other_stories(inp: Inputs) -> dict[str, str]:
 def _query(story: Any) -> str:
     text = getattr(story, "text", None)
     if callable(text):
-        return text()
+        query: str = text()  # prd.Story.text
+        return query
     return render_story(story)
 
 

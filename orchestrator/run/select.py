@@ -37,6 +37,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -98,7 +99,8 @@ class Chunk:
 @dataclass
 class Selection:
     chunks: list[Chunk]  # taken, in reference order then item order (render order)
-    considered: list[dict] = field(default_factory=list)  # one row per reference, with why
+    # one row per reference, with why
+    considered: list[dict[str, Any]] = field(default_factory=list)
     tokens: int = 0  # tokens of the taken items' text
 
     @property
@@ -289,7 +291,8 @@ def bm25(query: Sequence[str], docs: Sequence[Sequence[str]]) -> list[float]:
         for t in d:
             if t in col:
                 tf[i, col[t]] += 1
-    return _bm25(tf, np.array([len(d) for d in docs], dtype=float)).tolist()
+    scores: list[float] = _bm25(tf, np.array([len(d) for d in docs], dtype=float)).tolist()
+    return scores
 
 
 def _bm25(tf: np.ndarray, lengths: np.ndarray) -> np.ndarray:
@@ -306,7 +309,8 @@ def _bm25(tf: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     df = (tf > 0).sum(axis=0)
     idf = np.log1p((tf.shape[0] - df + 0.5) / (df + 0.5))
     norm = _K1 * ((1 - _B) + _B * length / length.mean())
-    return (idf * tf / (norm[:, None] + tf)).sum(axis=1)
+    scores: np.ndarray = (idf * tf / (norm[:, None] + tf)).sum(axis=1)
+    return scores
 
 
 def _scaled(xs: np.ndarray) -> np.ndarray:
@@ -555,12 +559,23 @@ def select(
     return Selection(picked, considered, sum(per_ref.values()))
 
 
-def _dropped(sc: _Scored, free: np.ndarray, passing: np.ndarray, n_refs: int) -> dict[int, dict]:
+class _RefStats(TypedDict):
+    """One reference's tally while the budget is spent."""
+
+    items: int
+    taken: int
+    taken_tokens: int
+    why: set[str]
+
+
+def _dropped(
+    sc: _Scored, free: np.ndarray, passing: np.ndarray, n_refs: int
+) -> dict[int, _RefStats]:
     """Per reference: its item count and why its items were left out before the budget."""
     items = np.bincount(sc.refs, minlength=n_refs)
     zero = np.bincount(sc.refs, weights=free & (sc.scores <= 0.0), minlength=n_refs)
     low = np.bincount(sc.refs, weights=free & (sc.scores > 0.0) & ~passing, minlength=n_refs)
-    stats: dict[int, dict] = {}
+    stats: dict[int, _RefStats] = {}
     for r in range(n_refs):
         why = {w for w, k in (("no match", zero[r]), ("below cut-off", low[r])) if k}
         if items[r] == 0:
@@ -570,9 +585,12 @@ def _dropped(sc: _Scored, free: np.ndarray, passing: np.ndarray, n_refs: int) ->
 
 
 def _considered(
-    sources: Sequence[Source], ref_scores: list[float], stats: dict[int, dict], tier: dict[int, int]
-) -> list[dict]:
-    rows = []
+    sources: Sequence[Source],
+    ref_scores: list[float],
+    stats: dict[int, _RefStats],
+    tier: dict[int, int],
+) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
     for r, src in enumerate(sources):
         st = stats[r]
         why = sorted(st["why"], key=_REASON_ORDER.index)

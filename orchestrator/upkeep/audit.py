@@ -21,7 +21,7 @@ from orchestrator.memory import areas, journal
 from orchestrator.memory.markdown import sections
 from orchestrator.memory.prd import Prd
 from orchestrator.memory.progress import extract_story_ids, looks_like_entry
-from orchestrator.memory.store import FastStore
+from orchestrator.memory.store import FastStore, PathResolver
 
 INDEX_HEADING = "## Progress Index"
 ARCHIVED_HEADING = "## Archived"
@@ -221,7 +221,7 @@ class MemoryFiles:
     rel_dir: str
     texts: dict[str, str | None] = field(default_factory=dict)  # read once per path
     nested: list[Row] = field(default_factory=list)  # the topics area references list
-    store: Any = None  # project.references, resolving many paths at once
+    store: PathResolver | None = None  # project.references, resolving many paths at once
 
     @classmethod
     def load(cls, project: Any) -> MemoryFiles:
@@ -278,7 +278,9 @@ def parse_tables(text: str) -> tuple[list[Row], list[tuple[int, str]]]:
     return rows, problems
 
 
-def _parse_table(lines: list[str], start: int, end: int, archived: bool):
+def _parse_table(
+    lines: list[str], start: int, end: int, archived: bool
+) -> tuple[list[Row], list[tuple[int, str]]]:
     rows: list[Row] = []
     problems: list[tuple[int, str]] = []
     seen_sep = False

@@ -24,6 +24,7 @@ from orchestrator import fsutil, tokens
 from orchestrator.errors import InputError
 from orchestrator.memory import areas, refloss
 from orchestrator.memory.journal import Transaction
+from orchestrator.memory.markdown import sections
 from orchestrator.project import ensure_logs_dir
 from orchestrator.upkeep import audit
 
@@ -124,14 +125,15 @@ def plan(project: Any) -> CompactPlan:
     # 1. near-duplicate topics: merge the later row into the earlier (every line kept)
     dropped: set[str] = set()
     for a, b in audit.near_duplicate_pairs(live):
-        if a.path in dropped or b.path in dropped or texts.get(a.path) is None:
+        a_text, b_text = texts.get(a.path), texts.get(b.path)
+        if a.path in dropped or b.path in dropped or a_text is None:
             continue
-        if texts.get(b.path) is None or a.path == b.path:
+        if b_text is None or a.path == b.path:
             continue
         out.merges.append((a, b))
-        texts[a.path] = merge_texts(texts[a.path], texts[b.path], b)
+        texts[a.path] = merge_texts(a_text, b_text, b)
         ref_writes[mem.abs(a.path)] = texts[a.path]
-        ref_writes[mem.abs(_archived_path(mem, b.path, "merged"))] = texts[b.path]
+        ref_writes[mem.abs(_archived_path(mem, b.path, "merged"))] = b_text
         ref_writes[mem.abs(b.path)] = None
         text = remove_row(text, b)
         dropped.add(b.path)
@@ -323,7 +325,7 @@ def archive_row(text: str, topic: str, path: str) -> str:
     """Add a row to the `## Archived` table, creating it after the index section."""
     row = f"| {topic} | {path} |"
     lines = text.split("\n")
-    secs = audit.sections(lines)
+    secs = sections(lines)
     arch = next((s for s in secs if s[0].lower().startswith(ARCHIVED_HEADING.lower())), None)
     if arch is not None:
         end = arch[2]
@@ -343,11 +345,11 @@ def archive_row(text: str, topic: str, path: str) -> str:
 def rotate_log(text: str, keep: int) -> tuple[str, list[str]]:
     """Move log entries beyond the last `keep` out of the text (kept in file order)."""
     lines = text.split("\n")
-    entries = [s for s in audit.sections(lines) if audit.is_log_section(s[0])]
+    entries = [s for s in sections(lines) if audit.is_log_section(s[0])]
     if len(entries) <= keep:
         return text, []
     old = entries[: len(entries) - keep]
-    drop = set()
+    drop: set[int] = set()
     moved: list[str] = []
     for _h, start, end in old:
         drop.update(range(start, end))

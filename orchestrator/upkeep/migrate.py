@@ -679,12 +679,14 @@ def _named_chunks(
     return out
 
 
-def _by_stories(name: str, items: list[Item], areas: list[str], fill: int):
+def _by_stories(
+    name: str, items: list[Item], areas: list[str], fill: int
+) -> list[tuple[str, list[Item], list[str]]]:
     """Consecutive runs of learnings, each named by the stories it spans."""
     chunks = _chunk(items, fill)
     if len(chunks) == 1:
         return [(name, items, areas)]
-    out = []
+    out: list[tuple[str, list[Item], list[str]]] = []
     for c in chunks:
         first, last = c[0].source.split(",")[0], c[-1].source.split(",")[0]
         span = first if first == last else f"{first} to {last}"
@@ -739,13 +741,13 @@ def _explode(block: Block) -> list[Block]:
     if block.story_ids or block.kind not in ("note", "story"):
         return [block]
     groups = _group_items(block.body)
-    hits = [g for g in groups if _indent(g[0]) == 0 and _ID_BULLET.match(g[0])]
+    hits = [(g, hit) for g in groups if _indent(g[0]) == 0 and (hit := _ID_BULLET.match(g[0]))]
     if len(hits) < 2:
         return [block]
-    hit_ids = {id(g) for g in hits}
+    hit_ids = {id(g) for g, _ in hits}
     rest = [ln for g in groups if id(g) not in hit_ids for ln in g]
     out = [Block(block.heading, rest, block.kind)] if rest else []
-    for g in hits:
+    for g, bullet in hits:
         text = "\n".join(g)
         m = _DATE.search(text)
         out.append(
@@ -753,7 +755,7 @@ def _explode(block: Block) -> list[Block]:
                 "",
                 g,
                 "story",
-                [_ID_BULLET.match(g[0]).group(1)],
+                [bullet.group(1)],
                 m.group(1) if m else None,
                 paths_in(text),
             )
@@ -1117,10 +1119,13 @@ def _config_writes(project: Any, plan: Plan, writes: dict[Path, str]) -> list[st
     cfg = Path(project.config_path or Path(project.root) / "ralph.yaml")
     old = fsutil.read_text(cfg) if cfg.is_file() else ""
     new = _with_always(old)
-    try:
-        ok = PATTERNS_TOPIC in (yaml.safe_load(new) or {}).get("references", {}).get("always", [])
-    except (yaml.YAMLError, AttributeError):
-        ok = False
+    ok = False
+    if new is not None:
+        try:
+            loaded = yaml.safe_load(new) or {}
+            ok = PATTERNS_TOPIC in loaded.get("references", {}).get("always", [])
+        except (yaml.YAMLError, AttributeError):  # not YAML, or not the mapping shape
+            ok = False
     if new is None or not ok:
         return [
             f"add '{PATTERNS_TOPIC}' to references.always in {cfg.name} so the patterns "
