@@ -311,7 +311,7 @@ def _parse_table(
         if not seen_sep:
             problems.append((i + 1, "the table has no header separator line (|---|---|)"))
             seen_sep = True
-        rows.append(Row(cells[0], cells[1].strip("`"), i + 1, archived, len(cells) > 2))
+        rows.append(Row(cells[0], cells[1].strip("`"), i + 1, archived, extra_cells=len(cells) > 2))
     return rows, problems
 
 
