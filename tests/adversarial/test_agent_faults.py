@@ -434,22 +434,20 @@ def test_bad_number_for_every_numeric_key_is_one_clear_error(
 
 @pytest.mark.parametrize("key", NUMERIC_KEYS)
 def test_exponent_without_dot_is_a_number(tmp_path: Path, key: str) -> None:
-    (tmp_path / "ralph.yaml").write_text(yaml.safe_dump(_nested(key, "1e0")))
-    section, _, field = key.rpartition(".")
+    section, _, name = key.rpartition(".")
     model = getattr(Config.model_fields[section].annotation, "model_fields", {}) if section else {}
-    annotation = (model[field] if section else Config.model_fields[field]).annotation
-    if float in _numeric_kinds(annotation):
-        cfg = load_config(tmp_path / "ralph.yaml")
-        value = cfg
-        for part in key.split("."):
-            value = getattr(value, part)
-        assert value == 1.0 and isinstance(value, float) and math.isfinite(value)
-    else:
-        cfg = load_config(tmp_path / "ralph.yaml")  # 1e0 is the integer 1 for an int key
-        value = cfg
-        for part in key.split("."):
-            value = getattr(value, part)
-        assert value == 1 and isinstance(value, int)
+    field = model[name] if section else Config.model_fields[name]
+    # 1e0 where 1 is allowed; 2e0 for a key whose minimum is 2 (references.max_topics).
+    floor = next((m.ge for m in field.metadata if getattr(m, "ge", None) is not None), 1)
+    number = 2 if floor == 2 else 1
+    (tmp_path / "ralph.yaml").write_text(yaml.safe_dump(_nested(key, f"{number}e0")))
+    value: object = load_config(tmp_path / "ralph.yaml")
+    for part in key.split("."):
+        value = getattr(value, part)
+    if float in _numeric_kinds(field.annotation):
+        assert value == float(number) and isinstance(value, float) and math.isfinite(value)
+    else:  # NeN is the integer N for an int key
+        assert value == number and isinstance(value, int)
 
 
 @pytest.mark.parametrize(
