@@ -214,9 +214,17 @@ def hinted(sources: Sequence[Source], hints: Iterable[str]) -> list[int]:
 
 @functools.cache
 def _profile(text: str) -> tuple[int, Counter[str]]:
-    """(number of terms, term counts) of a text, cached."""
-    terms = tokenize(text)
-    return len(terms), Counter(terms)
+    """(number of terms, term counts) of a text, cached. The same counts as
+    `Counter(tokenize(text))`, counted word by word: a text repeats its words, so each
+    distinct word is split into terms once, and no tuple of every term is kept."""
+    counts: Counter[str] = Counter()
+    n = 0
+    for word, c in Counter(_WORD.findall(text)).items():
+        terms = _word_terms(word)
+        n += c * len(terms)
+        for t in terms:
+            counts[t] += c
+    return n, counts
 
 
 def _count_tokens(text: str, encoding: str) -> int:
@@ -228,16 +236,40 @@ def _count_tokens(text: str, encoding: str) -> int:
 class _RefIndex:
     """What ranking needs of one reference, computed once per reference text and cached:
     references change little between iterations, and a query only ever looks up its own
-    terms here (an inverted index), so nothing is tokenized again."""
+    terms here, so nothing is tokenized again. Which rows hold a term, and how often the
+    reference holds it, are worked out only when a query asks for that term (`term`): with
+    thousands of references most terms of most references are never asked for, and
+    building a posting list (or a whole-reference count) for each cost more than all the
+    queries that ever read them."""
 
     items: tuple[tuple[str, str], ...]  # (heading, text), as split_items gives them
-    # term -> (rows, counts, the term's count in the whole reference). Rows are the items,
-    # then the contexts (a group's topic and section, counted once per group and section).
-    postings: dict[str, tuple[tuple[int, ...], tuple[int, ...], int]]
+    # Term counts of each row. Rows are the items, then the contexts (a group's topic and
+    # section, counted once per group and section).
+    row_terms: tuple[Counter[str], ...]
+    extra: tuple[Counter[str], ...]  # term counts of the topic and of each distinct heading
+    vocabulary: frozenset[str]  # every term of the reference
     row_keys: tuple[str, ...]  # the group of each row
     row_lengths: np.ndarray  # the number of terms of each row
     is_item: np.ndarray  # which rows are items
     n: int  # terms of the whole reference (topic, items, section headings)
+
+    def term(self, term: str) -> tuple[list[int], list[int], int]:
+        """(rows, counts) of the rows that hold `term`, in row order, and its count in the
+        whole reference (topic, items and section headings; 0: the term is not there)."""
+        rows: list[int] = []
+        cs: list[int] = []
+        if term not in self.vocabulary:
+            return rows, cs, 0
+        total = sum(tf.get(term, 0) for tf in self.extra)
+        n_items = len(self.items)
+        for row, tf in enumerate(self.row_terms):
+            c = tf.get(term)
+            if c:
+                rows.append(row)
+                cs.append(c)
+                if row < n_items:
+                    total += c
+        return rows, cs, total
 
 
 @functools.cache
@@ -245,38 +277,26 @@ def _ref_index(topic: str, path: str, text: str) -> _RefIndex:
     items = split_items(text)
     keys = tuple(_key(path, _tag(body), heading) for heading, body in items)
     profiles = [_profile(body) for _, body in items]
-    total, counts = _profile(topic)
-    counts = Counter(counts)
+    extra = [_profile(topic)]
     first: dict[str, int] = {}
     headings: set[str] = set()
     for i, (heading, _) in enumerate(items):
         first.setdefault(keys[i] + "\n" + heading, i)
         if heading and heading not in headings:
             headings.add(heading)
-            profiles_h = _profile(heading)
-            total += profiles_h[0]
-            counts.update(profiles_h[1])
-    ctx = [(i, _profile(f"{topic}\n{items[i][0]}")) for i in first.values()]
-    post: dict[str, tuple[list[int], list[int]]] = {}
-    for row, (n, tf) in enumerate([*profiles, *(p for _, p in ctx)]):
-        for t, c in tf.items():
-            rows, cs = post.setdefault(t, ([], []))
-            rows.append(row)
-            cs.append(c)
-        if row < len(items):
-            total += n
-            counts.update(tf)
-    # Plain tuples: numpy arrays per term would cost more to build than all the queries
-    # that ever read them (most terms are never asked for).
-    postings = {t: (tuple(r), tuple(c), counts[t]) for t, (r, c) in post.items()}
-    postings.update({t: ((), (), c) for t, c in counts.items() if t not in postings})
+            extra.append(_profile(heading))
+    ctx = [_profile(f"{topic}\n{items[i][0]}") for i in first.values()]
+    rows = [*profiles, *ctx]
+    terms = [tf for _, tf in rows]
     return _RefIndex(
         items,
-        postings,
-        keys + tuple(keys[i] for i, _ in ctx),
-        np.array([p[0] for p in profiles] + [p[0] for _, p in ctx], dtype=float),
-        np.arange(len(items) + len(ctx)) < len(items),
-        total,
+        tuple(terms),
+        tuple(tf for _, tf in extra),
+        frozenset().union(*terms, *(tf for _, tf in extra)),
+        keys + tuple(keys[i] for i in first.values()),
+        np.array([n for n, _ in rows], dtype=float),
+        np.arange(len(rows)) < len(items),
+        sum(n for n, _ in extra) + sum(n for n, _ in profiles),
     )
 
 
@@ -415,12 +435,11 @@ def _score(
     hits, where = [], []
     ref_tf = np.zeros((len(sources), len(terms)))
     for r, ix in enumerate(index):
-        post = ix.postings
         for j, t in enumerate(terms):
-            hit = post.get(t)
-            if hit is not None:
-                ref_tf[r, j] = hit[2]
-                hits.append(hit)
+            rows_t, counts_t, c = ix.term(t)
+            if c:
+                ref_tf[r, j] = c
+                hits.append((rows_t, counts_t))
                 where.append((block[r], j))
     g_tf = np.zeros((len(names), len(terms)))
     if hits:
