@@ -235,69 +235,73 @@ def _count_tokens(text: str, encoding: str) -> int:
 @dataclass(frozen=True)
 class _RefIndex:
     """What ranking needs of one reference, computed once per reference text and cached:
-    references change little between iterations, and a query only ever looks up its own
-    terms here, so nothing is tokenized again. Which rows hold a term, and how often the
-    reference holds it, are worked out only when a query asks for that term (`term`): with
-    thousands of references most terms of most references are never asked for, and
-    building a posting list (or a whole-reference count) for each cost more than all the
-    queries that ever read them."""
+    its items, their groups, and the words of its texts (rows, then the topic and headings).
+    Words become terms in `_term_counts`, for all references at once: one vocabulary, and
+    numpy sums per text instead of a Counter per text (with thousands of references most
+    terms of most references are never asked for)."""
 
     items: tuple[tuple[str, str], ...]  # (heading, text), as split_items gives them
-    # Term counts of each row. Rows are the items, then the contexts (a group's topic and
-    # section, counted once per group and section).
-    row_terms: tuple[Counter[str], ...]
-    extra: tuple[Counter[str], ...]  # term counts of the topic and of each distinct heading
-    vocabulary: frozenset[str]  # every term of the reference
+    # Rows are the items, then the contexts (a group's topic and section, counted once per
+    # group and section). Texts are the rows, then the topic and each distinct heading
+    # (counted in the whole reference, with the items, but not rows of their own).
     row_keys: tuple[str, ...]  # the group of each row
-    row_lengths: np.ndarray  # the number of terms of each row
     is_item: np.ndarray  # which rows are items
-    n: int  # terms of the whole reference (topic, items, section headings)
-
-    def term(self, term: str) -> tuple[list[int], list[int], int]:
-        """(rows, counts) of the rows that hold `term`, in row order, and its count in the
-        whole reference (topic, items and section headings; 0: the term is not there)."""
-        rows: list[int] = []
-        cs: list[int] = []
-        if term not in self.vocabulary:
-            return rows, cs, 0
-        total = sum(tf.get(term, 0) for tf in self.extra)
-        n_items = len(self.items)
-        for row, tf in enumerate(self.row_terms):
-            c = tf.get(term)
-            if c:
-                rows.append(row)
-                cs.append(c)
-                if row < n_items:
-                    total += c
-        return rows, cs, total
+    words: tuple[str, ...]  # the words of every text, one text after the other
+    text_words: np.ndarray  # the number of words of each text
+    in_ref: np.ndarray  # which texts count in the whole reference (items, topic, headings)
 
 
 @functools.cache
 def _ref_index(topic: str, path: str, text: str) -> _RefIndex:
     items = split_items(text)
     keys = tuple(_key(path, _tag(body), heading) for heading, body in items)
-    profiles = [_profile(body) for _, body in items]
-    extra = [_profile(topic)]
     first: dict[str, int] = {}
-    headings: set[str] = set()
+    headings: list[str] = []
     for i, (heading, _) in enumerate(items):
         first.setdefault(keys[i] + "\n" + heading, i)
         if heading and heading not in headings:
-            headings.add(heading)
-            extra.append(_profile(heading))
-    ctx = [_profile(f"{topic}\n{items[i][0]}") for i in first.values()]
-    rows = [*profiles, *ctx]
-    terms = [tf for _, tf in rows]
+            headings.append(heading)
+    rows = [body for _, body in items] + [f"{topic}\n{items[i][0]}" for i in first.values()]
+    texts = [*rows, topic, *headings]
+    found = [_WORD.findall(t) for t in texts]
+    n_items = len(items)
     return _RefIndex(
         items,
-        tuple(terms),
-        tuple(tf for _, tf in extra),
-        frozenset().union(*terms, *(tf for _, tf in extra)),
         keys + tuple(keys[i] for i in first.values()),
-        np.array([n for n, _ in rows], dtype=float),
-        np.arange(len(rows)) < len(items),
-        sum(n for n, _ in extra) + sum(n for n, _ in profiles),
+        np.arange(len(rows)) < n_items,
+        tuple(itertools.chain.from_iterable(found)),
+        np.array([len(w) for w in found], dtype=int),
+        np.array([i < n_items or i >= len(rows) for i in range(len(texts))], dtype=bool),
     )
+
+
+def _term_counts(index: Sequence[_RefIndex], col: Mapping[str, int]) -> tuple[np.ndarray, ...]:
+    """(terms of each text, counts of the query terms `col` in each text), over the texts
+    of all references one after the other. The same figures as `_profile` of each text:
+    a text's terms are its words' terms (`_word_terms`), so each distinct word is split
+    once, and a word's terms are counted per text with numpy."""
+    n_texts = sum(len(ix.text_words) for ix in index)
+    words = list(itertools.chain.from_iterable(ix.words for ix in index))
+    vocab = {w: i for i, w in enumerate(dict.fromkeys(words))}
+    ids = np.fromiter(map(vocab.__getitem__, words), dtype=np.intp, count=len(words))
+    owner = np.repeat(
+        np.arange(n_texts),
+        np.concatenate([np.zeros(0, dtype=int), *(ix.text_words for ix in index)]),
+    )
+    n_terms = np.zeros(len(vocab))
+    weights = np.zeros((len(vocab), len(col)))
+    for w, i in vocab.items():
+        terms = _word_terms(w)
+        n_terms[i] = len(terms)
+        for t in terms:
+            j = col.get(t)
+            if j is not None:
+                weights[i, j] += 1
+    lengths = np.bincount(owner, weights=n_terms[ids], minlength=n_texts)
+    tf = np.zeros((n_texts, len(col)))
+    hit = np.flatnonzero(weights.any(axis=1)[ids]) if len(col) else np.zeros(0, dtype=int)
+    np.add.at(tf, owner[hit], weights[ids[hit]])
+    return lengths, tf
 
 
 def bm25(query: Sequence[str], docs: Sequence[Sequence[str]]) -> list[float]:
@@ -425,35 +429,32 @@ def _score(
     index = [_ref_index(s.topic, s.path, s.text) for s in sources]
     sizes = np.array([len(ix.items) for ix in index], dtype=int)
     # Rows: each reference's items then its contexts, one reference after the other.
-    block = np.concatenate(([0], np.cumsum([len(ix.row_keys) for ix in index]))).astype(int)
     row_keys = [k for ix in index for k in ix.row_keys]
     names = list(dict.fromkeys(row_keys))
     gid = {k: g for g, k in enumerate(names)}
     row_g = np.array([gid[k] for k in row_keys], dtype=int)
     is_item = np.concatenate([np.zeros(0, dtype=bool), *(ix.is_item for ix in index)])
     item_g = row_g[is_item]
-    hits, where = [], []
+    col = {t: j for j, t in enumerate(terms)}
+    lengths, tf = _term_counts(index, col)
+    # Texts of one reference: its rows first, then its topic and headings.
+    text_ref = np.repeat(np.arange(len(sources)), [len(ix.text_words) for ix in index])
+    counted = np.concatenate([np.zeros(0, dtype=bool), *(ix.in_ref for ix in index)])
+    is_row = np.concatenate(
+        [
+            np.zeros(0, dtype=bool),
+            *(np.arange(len(ix.text_words)) < len(ix.row_keys) for ix in index),
+        ]
+    )
     ref_tf = np.zeros((len(sources), len(terms)))
-    for r, ix in enumerate(index):
-        for j, t in enumerate(terms):
-            rows_t, counts_t, c = ix.term(t)
-            if c:
-                ref_tf[r, j] = c
-                hits.append((rows_t, counts_t))
-                where.append((block[r], j))
+    np.add.at(ref_tf, text_ref[counted], tf[counted])
+    ref_n = np.bincount(text_ref[counted], weights=lengths[counted], minlength=len(sources))
     g_tf = np.zeros((len(names), len(terms)))
-    if hits:
-        lens = [len(h[0]) for h in hits]
-        base, cols = (np.repeat(np.array(x, dtype=int), lens) for x in zip(*where, strict=True))
-        n = int(sum(lens))
-        rows = np.fromiter(itertools.chain.from_iterable(h[0] for h in hits), int, n) + base
-        vals = np.fromiter(itertools.chain.from_iterable(h[1] for h in hits), float, n)
-        np.add.at(g_tf, (row_g[rows], cols), vals)
-    lengths = np.concatenate([np.zeros(0), *(ix.row_lengths for ix in index)])
-    g_n = np.bincount(row_g, weights=lengths, minlength=len(names))
-    _add_stories(names, stories or {}, {t: j for j, t in enumerate(terms)}, g_tf, g_n)
+    np.add.at(g_tf, row_g, tf[is_row])
+    g_n = np.bincount(row_g, weights=lengths[is_row], minlength=len(names))
+    _add_stories(names, stories or {}, col, g_tf, g_n)
     g_score = _scaled(_bm25(g_tf, g_n))
-    refs = _scaled(_bm25(ref_tf, np.array([ix.n for ix in index], dtype=float)))
+    refs = _scaled(_bm25(ref_tf, ref_n))
     item_ref = np.repeat(np.arange(len(sources)), sizes)
     g, in_ref = g_score[item_g], refs[item_ref]
     mixed = np.where(g > 0, (1 - blend) * g + blend * in_ref, 0.0)
