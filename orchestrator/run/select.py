@@ -245,10 +245,8 @@ class _RefIndex:
     # group and section). Texts are the rows, then the topic and each distinct heading
     # (counted in the whole reference, with the items, but not rows of their own).
     row_keys: tuple[str, ...]  # the group of each row
-    is_item: np.ndarray  # which rows are items
     words: tuple[str, ...]  # the words of every text, one text after the other
-    text_words: np.ndarray  # the number of words of each text
-    in_ref: np.ndarray  # which texts count in the whole reference (items, topic, headings)
+    text_words: tuple[int, ...]  # the number of words of each text
 
 
 @functools.cache
@@ -264,30 +262,33 @@ def _ref_index(topic: str, path: str, text: str) -> _RefIndex:
     rows = [body for _, body in items] + [f"{topic}\n{items[i][0]}" for i in first.values()]
     texts = [*rows, topic, *headings]
     found = [_WORD.findall(t) for t in texts]
-    n_items = len(items)
     return _RefIndex(
         items,
         keys + tuple(keys[i] for i in first.values()),
-        np.arange(len(rows)) < n_items,
         tuple(itertools.chain.from_iterable(found)),
-        np.array([len(w) for w in found], dtype=int),
-        np.array([i < n_items or i >= len(rows) for i in range(len(texts))], dtype=bool),
+        tuple(map(len, found)),
     )
 
 
-def _term_counts(index: Sequence[_RefIndex], col: Mapping[str, int]) -> tuple[np.ndarray, ...]:
+def _positions(counts: np.ndarray) -> np.ndarray:
+    """0, 1, ... counts[0] - 1, 0, 1, ... counts[1] - 1, ...: each element's position in
+    its reference when the references' elements follow one another."""
+    starts = np.cumsum(counts) - counts
+    return np.arange(int(counts.sum())) - np.repeat(starts, counts)
+
+
+def _term_counts(
+    index: Sequence[_RefIndex], text_words: np.ndarray, col: Mapping[str, int]
+) -> tuple[np.ndarray, ...]:
     """(terms of each text, counts of the query terms `col` in each text), over the texts
     of all references one after the other. The same figures as `_profile` of each text:
     a text's terms are its words' terms (`_word_terms`), so each distinct word is split
     once, and a word's terms are counted per text with numpy."""
-    n_texts = sum(len(ix.text_words) for ix in index)
+    n_texts = len(text_words)
     words = list(itertools.chain.from_iterable(ix.words for ix in index))
     vocab = {w: i for i, w in enumerate(dict.fromkeys(words))}
     ids = np.fromiter(map(vocab.__getitem__, words), dtype=np.intp, count=len(words))
-    owner = np.repeat(
-        np.arange(n_texts),
-        np.concatenate([np.zeros(0, dtype=int), *(ix.text_words for ix in index)]),
-    )
+    owner = np.repeat(np.arange(n_texts), text_words)
     n_terms = np.zeros(len(vocab))
     weights = np.zeros((len(vocab), len(col)))
     for w, i in vocab.items():
@@ -433,19 +434,23 @@ def _score(
     names = list(dict.fromkeys(row_keys))
     gid = {k: g for g, k in enumerate(names)}
     row_g = np.array([gid[k] for k in row_keys], dtype=int)
-    is_item = np.concatenate([np.zeros(0, dtype=bool), *(ix.is_item for ix in index)])
+    n_rows = np.fromiter((len(ix.row_keys) for ix in index), dtype=int, count=len(index))
+    n_texts = np.fromiter((len(ix.text_words) for ix in index), dtype=int, count=len(index))
+    is_item = _positions(n_rows) < np.repeat(sizes, n_rows)
     item_g = row_g[is_item]
     col = {t: j for j, t in enumerate(terms)}
-    lengths, tf = _term_counts(index, col)
-    # Texts of one reference: its rows first, then its topic and headings.
-    text_ref = np.repeat(np.arange(len(sources)), [len(ix.text_words) for ix in index])
-    counted = np.concatenate([np.zeros(0, dtype=bool), *(ix.in_ref for ix in index)])
-    is_row = np.concatenate(
-        [
-            np.zeros(0, dtype=bool),
-            *(np.arange(len(ix.text_words)) < len(ix.row_keys) for ix in index),
-        ]
+    text_words = np.fromiter(
+        itertools.chain.from_iterable(ix.text_words for ix in index),
+        dtype=int,
+        count=int(n_texts.sum()),
     )
+    lengths, tf = _term_counts(index, text_words, col)
+    # Texts of one reference: its rows first, then its topic and headings; the items, the
+    # topic and the headings count in the whole reference.
+    text_ref = np.repeat(np.arange(len(sources)), n_texts)
+    at = _positions(n_texts)
+    is_row = at < np.repeat(n_rows, n_texts)
+    counted = (at < np.repeat(sizes, n_texts)) | ~is_row
     ref_tf = np.zeros((len(sources), len(terms)))
     np.add.at(ref_tf, text_ref[counted], tf[counted])
     ref_n = np.bincount(text_ref[counted], weights=lengths[counted], minlength=len(sources))
