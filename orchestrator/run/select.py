@@ -274,12 +274,13 @@ def _positions(counts: np.ndarray) -> np.ndarray:
     """0, 1, ... counts[0] - 1, 0, 1, ... counts[1] - 1, ...: each element's position in
     its reference when the references' elements follow one another."""
     starts = np.cumsum(counts) - counts
-    return np.arange(int(counts.sum())) - np.repeat(starts, counts)
+    at: np.ndarray = np.arange(int(counts.sum())) - np.repeat(starts, counts)
+    return at
 
 
 def _term_counts(
     index: Sequence[_RefIndex], text_words: np.ndarray, col: Mapping[str, int]
-) -> tuple[np.ndarray, ...]:
+) -> tuple[np.ndarray, np.ndarray]:
     """(terms of each text, counts of the query terms `col` in each text), over the texts
     of all references one after the other. The same figures as `_profile` of each text:
     a text's terms are its words' terms (`_word_terms`), so each distinct word is split
@@ -300,7 +301,8 @@ def _term_counts(
                 weights[i, j] += 1
     lengths = np.bincount(owner, weights=n_terms[ids], minlength=n_texts)
     tf = np.zeros((n_texts, len(col)))
-    hit = np.flatnonzero(weights.any(axis=1)[ids]) if len(col) else np.zeros(0, dtype=int)
+    holds = np.asarray(weights.any(axis=1), dtype=bool)  # words holding a query term
+    hit = np.flatnonzero(holds[ids]) if len(col) else np.zeros(0, dtype=int)
     np.add.at(tf, owner[hit], weights[ids[hit]])
     return lengths, tf
 
