@@ -277,3 +277,13 @@ def test_story_order_reads_a_long_log_from_its_end() -> None:
     recent = sorted(order, key=lambda k: -order[k])[: sel._TAIL_IDS]
     assert recent == sorted(whole, key=lambda k: -whole[k])[: sel._TAIL_IDS]
     assert all(order[k] == whole[k] for k in order)
+
+
+def test_no_references_and_an_empty_reference_select_nothing_from_them() -> None:
+    assert sel.select("anything", [], budget=100).chunks == []
+    srcs = [sel.Source("Empty", "empty.md", ""), *SOURCES]
+    scores, ref_scores = sel.score_items("Log out and clear the session cookie", srcs)
+    assert len(scores) == len(sel.chunks_of(SOURCES)) and ref_scores[0] == 0.0
+    s = sel.select("Log out and clear the session cookie", srcs, budget=None)
+    assert 0 not in s.refs
+    assert next(r for r in s.considered if r["path"] == "empty.md")["reason"] == "empty"

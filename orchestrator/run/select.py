@@ -216,9 +216,17 @@ def hinted(sources: Sequence[Source], hints: Iterable[str]) -> list[int]:
 
 @functools.cache
 def _profile(text: str) -> tuple[int, Counter[str]]:
-    """(number of terms, term counts) of a text, cached."""
-    terms = tokenize(text)
-    return len(terms), Counter(terms)
+    """(number of terms, term counts) of a text, cached. The same counts as
+    `Counter(tokenize(text))`, counted word by word: a text repeats its words, so each
+    distinct word is split into terms once, and no tuple of every term is kept."""
+    counts: Counter[str] = Counter()
+    n = 0
+    for word, c in Counter(_WORD.findall(text)).items():
+        terms = _word_terms(word)
+        n += c * len(terms)
+        for t in terms:
+            counts[t] += c
+    return n, counts
 
 
 def _count_tokens(text: str, encoding: str) -> int:
@@ -229,57 +237,76 @@ def _count_tokens(text: str, encoding: str) -> int:
 @dataclass(frozen=True)
 class _RefIndex:
     """What ranking needs of one reference, computed once per reference text and cached:
-    references change little between iterations, and a query only ever looks up its own
-    terms here (an inverted index), so nothing is tokenized again."""
+    its items, their groups, and the words of its texts (rows, then the topic and headings).
+    Words become terms in `_term_counts`, for all references at once: one vocabulary, and
+    numpy sums per text instead of a Counter per text (with thousands of references most
+    terms of most references are never asked for)."""
 
     items: tuple[tuple[str, str], ...]  # (heading, text), as split_items gives them
-    # term -> (rows, counts, the term's count in the whole reference). Rows are the items,
-    # then the contexts (a group's topic and section, counted once per group and section).
-    postings: dict[str, tuple[tuple[int, ...], tuple[int, ...], int]]
+    # Rows are the items, then the contexts (a group's topic and section, counted once per
+    # group and section). Texts are the rows, then the topic and each distinct heading
+    # (counted in the whole reference, with the items, but not rows of their own).
     row_keys: tuple[str, ...]  # the group of each row
-    row_lengths: np.ndarray  # the number of terms of each row
-    is_item: np.ndarray  # which rows are items
-    n: int  # terms of the whole reference (topic, items, section headings)
+    words: tuple[str, ...]  # the words of every text, one text after the other
+    text_words: tuple[int, ...]  # the number of words of each text
 
 
 @functools.cache
 def _ref_index(topic: str, path: str, text: str) -> _RefIndex:
     items = split_items(text)
     keys = tuple(_key(path, _tag(body), heading) for heading, body in items)
-    profiles = [_profile(body) for _, body in items]
-    total, counts = _profile(topic)
-    counts = Counter(counts)
     first: dict[str, int] = {}
-    headings: set[str] = set()
+    headings: list[str] = []
     for i, (heading, _) in enumerate(items):
         first.setdefault(keys[i] + "\n" + heading, i)
         if heading and heading not in headings:
-            headings.add(heading)
-            profiles_h = _profile(heading)
-            total += profiles_h[0]
-            counts.update(profiles_h[1])
-    ctx = [(i, _profile(f"{topic}\n{items[i][0]}")) for i in first.values()]
-    post: dict[str, tuple[list[int], list[int]]] = {}
-    for row, (n, tf) in enumerate([*profiles, *(p for _, p in ctx)]):
-        for t, c in tf.items():
-            rows, cs = post.setdefault(t, ([], []))
-            rows.append(row)
-            cs.append(c)
-        if row < len(items):
-            total += n
-            counts.update(tf)
-    # Plain tuples: numpy arrays per term would cost more to build than all the queries
-    # that ever read them (most terms are never asked for).
-    postings = {t: (tuple(r), tuple(c), counts[t]) for t, (r, c) in post.items()}
-    postings.update({t: ((), (), c) for t, c in counts.items() if t not in postings})
+            headings.append(heading)
+    rows = [body for _, body in items] + [f"{topic}\n{items[i][0]}" for i in first.values()]
+    texts = [*rows, topic, *headings]
+    found = [_WORD.findall(t) for t in texts]
     return _RefIndex(
         items,
-        postings,
-        keys + tuple(keys[i] for i, _ in ctx),
-        np.array([p[0] for p in profiles] + [p[0] for _, p in ctx], dtype=float),
-        np.arange(len(items) + len(ctx)) < len(items),
-        total,
+        keys + tuple(keys[i] for i in first.values()),
+        tuple(itertools.chain.from_iterable(found)),
+        tuple(map(len, found)),
     )
+
+
+def _positions(counts: np.ndarray) -> np.ndarray:
+    """0, 1, ... counts[0] - 1, 0, 1, ... counts[1] - 1, ...: each element's position in
+    its reference when the references' elements follow one another."""
+    starts = np.cumsum(counts) - counts
+    at: np.ndarray = np.arange(int(counts.sum())) - np.repeat(starts, counts)
+    return at
+
+
+def _term_counts(
+    index: Sequence[_RefIndex], text_words: np.ndarray, col: Mapping[str, int]
+) -> tuple[np.ndarray, np.ndarray]:
+    """(terms of each text, counts of the query terms `col` in each text), over the texts
+    of all references one after the other. The same figures as `_profile` of each text:
+    a text's terms are its words' terms (`_word_terms`), so each distinct word is split
+    once, and a word's terms are counted per text with numpy."""
+    n_texts = len(text_words)
+    words = list(itertools.chain.from_iterable(ix.words for ix in index))
+    vocab = {w: i for i, w in enumerate(dict.fromkeys(words))}
+    ids = np.fromiter(map(vocab.__getitem__, words), dtype=np.intp, count=len(words))
+    owner = np.repeat(np.arange(n_texts), text_words)
+    n_terms = np.zeros(len(vocab))
+    weights = np.zeros((len(vocab), len(col)))
+    for w, i in vocab.items():
+        terms = _word_terms(w)
+        n_terms[i] = len(terms)
+        for t in terms:
+            j = col.get(t)
+            if j is not None:
+                weights[i, j] += 1
+    lengths = np.bincount(owner, weights=n_terms[ids], minlength=n_texts)
+    tf = np.zeros((n_texts, len(col)))
+    holds = np.asarray(weights.any(axis=1), dtype=bool)  # words holding a query term
+    hit = np.flatnonzero(holds[ids]) if len(col) else np.zeros(0, dtype=int)
+    np.add.at(tf, owner[hit], weights[ids[hit]])
+    return lengths, tf
 
 
 def bm25(query: Sequence[str], docs: Sequence[Sequence[str]]) -> list[float]:
@@ -409,36 +436,36 @@ def _score(
     index = [_ref_index(s.topic, s.path, s.text) for s in sources]
     sizes = np.array([len(ix.items) for ix in index], dtype=int)
     # Rows: each reference's items then its contexts, one reference after the other.
-    block = np.concatenate(([0], np.cumsum([len(ix.row_keys) for ix in index]))).astype(int)
     row_keys = [k for ix in index for k in ix.row_keys]
     names = list(dict.fromkeys(row_keys))
     gid = {k: g for g, k in enumerate(names)}
     row_g = np.array([gid[k] for k in row_keys], dtype=int)
-    is_item = np.concatenate([np.zeros(0, dtype=bool), *(ix.is_item for ix in index)])
+    n_rows = np.fromiter((len(ix.row_keys) for ix in index), dtype=int, count=len(index))
+    n_texts = np.fromiter((len(ix.text_words) for ix in index), dtype=int, count=len(index))
+    is_item = _positions(n_rows) < np.repeat(sizes, n_rows)
     item_g = row_g[is_item]
-    hits, where = [], []
+    col = {t: j for j, t in enumerate(terms)}
+    text_words = np.fromiter(
+        itertools.chain.from_iterable(ix.text_words for ix in index),
+        dtype=int,
+        count=int(n_texts.sum()),
+    )
+    lengths, tf = _term_counts(index, text_words, col)
+    # Texts of one reference: its rows first, then its topic and headings; the items, the
+    # topic and the headings count in the whole reference.
+    text_ref = np.repeat(np.arange(len(sources)), n_texts)
+    at = _positions(n_texts)
+    is_row = at < np.repeat(n_rows, n_texts)
+    counted = (at < np.repeat(sizes, n_texts)) | ~is_row
     ref_tf = np.zeros((len(sources), len(terms)))
-    for r, ix in enumerate(index):
-        post = ix.postings
-        for j, t in enumerate(terms):
-            hit = post.get(t)
-            if hit is not None:
-                ref_tf[r, j] = hit[2]
-                hits.append(hit)
-                where.append((block[r], j))
+    np.add.at(ref_tf, text_ref[counted], tf[counted])
+    ref_n = np.bincount(text_ref[counted], weights=lengths[counted], minlength=len(sources))
     g_tf = np.zeros((len(names), len(terms)))
-    if hits:
-        lens = [len(h[0]) for h in hits]
-        base, cols = (np.repeat(np.array(x, dtype=int), lens) for x in zip(*where, strict=True))
-        n = int(sum(lens))
-        rows = np.fromiter(itertools.chain.from_iterable(h[0] for h in hits), int, n) + base
-        vals = np.fromiter(itertools.chain.from_iterable(h[1] for h in hits), float, n)
-        np.add.at(g_tf, (row_g[rows], cols), vals)
-    lengths = np.concatenate([np.zeros(0), *(ix.row_lengths for ix in index)])
-    g_n = np.bincount(row_g, weights=lengths, minlength=len(names))
-    _add_stories(names, stories or {}, {t: j for j, t in enumerate(terms)}, g_tf, g_n)
+    np.add.at(g_tf, row_g, tf[is_row])
+    g_n = np.bincount(row_g, weights=lengths[is_row], minlength=len(names))
+    _add_stories(names, stories or {}, col, g_tf, g_n)
     g_score = _scaled(_bm25(g_tf, g_n))
-    refs = _scaled(_bm25(ref_tf, np.array([ix.n for ix in index], dtype=float)))
+    refs = _scaled(_bm25(ref_tf, ref_n))
     item_ref = np.repeat(np.arange(len(sources)), sizes)
     g, in_ref = g_score[item_g], refs[item_ref]
     mixed = np.where(g > 0, (1 - blend) * g + blend * in_ref, 0.0)
