@@ -8,7 +8,6 @@ what is a section, what is inside a code fence and what is an index row.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 # "## " starts a section; "### " and deeper stay inside the section above.
 SECTION_START = re.compile(r"## (?!#)")
@@ -89,15 +88,6 @@ def split_row(line: str) -> list[str] | None:
 
 def is_separator(cells: list[str]) -> bool:
     return all(_SEPARATOR_CELL.fullmatch(c) for c in cells)
-
-
-@dataclass(frozen=True)
-class TableLine:
-    """A line of a table region: `cells` is None when it starts with "|" but is no row."""
-
-    n: int  # index in the lines given
-    text: str
-    cells: list[str] | None
 
 
 def data_rows(lines: list[str]) -> list[tuple[int, list[str]]]:

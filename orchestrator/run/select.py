@@ -345,13 +345,6 @@ def _scaled(xs: np.ndarray) -> np.ndarray:
     return xs / top if top > 0 else np.zeros_like(xs)
 
 
-def group_key(chunk: Chunk, sources: Sequence[Source]) -> str:
-    """Which learnings belong together: items tagged with the same source (`- [US-003] ...`,
-    as `ralph migrate` writes them) came from one story, wherever their topic put them;
-    untagged items group by their section (one story's block, or one patterns heading)."""
-    return _key(sources[chunk.ref].path, _tag(chunk.text), chunk.heading)
-
-
 def _key(path: str, tag: str, heading: str) -> str:
     return tag if tag else f"#{path}:{heading}"
 
