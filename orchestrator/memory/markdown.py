@@ -13,6 +13,7 @@ import re
 SECTION_START = re.compile(r"## (?!#)")
 _FENCE = re.compile(r" {0,3}(`{3,}|~{3,})(.*)")
 _SEPARATOR_CELL = re.compile(r":?-{1,}:?")
+_UNESCAPED_BAR = re.compile(r"(?<!\\)\|")
 
 
 def split_lines(text: str) -> list[str]:
@@ -69,21 +70,7 @@ def split_row(line: str) -> list[str] | None:
     body = line.strip()
     if not (body.startswith("|") and body.endswith("|")) or len(body) < 2:
         return None
-    cells, cur, i = [], "", 1
-    while i < len(body) - 1:
-        ch = body[i]
-        if ch == "\\" and i + 1 < len(body) - 1 and body[i + 1] == "|":
-            cur += body[i + 1]
-            i += 2
-            continue
-        if ch == "|":
-            cells.append(cur.strip())
-            cur = ""
-        else:
-            cur += ch
-        i += 1
-    cells.append(cur.strip())
-    return cells
+    return [c.strip().replace("\\|", "|") for c in _UNESCAPED_BAR.split(body[1:-1])]
 
 
 def is_separator(cells: list[str]) -> bool:

@@ -305,7 +305,7 @@ class Progress:
     def without_rows(self, rows: list[tuple[str, str]]) -> Progress:
         """Drop the index row of each (topic, path), matched exactly; each must exist."""
         seg = self._first("index")
-        kept = tables.without(split_lines(seg.text) if seg else [], rows)
+        kept = tables.without(split_lines(seg.text) if seg else [], rows, self.newline)
         return self._replace(seg, "".join(kept)) if seg and rows else self
 
     def with_rows_replaced(self, by_path: dict[str, tuple[str, str]]) -> Progress:

@@ -89,9 +89,10 @@ def section_at(lines: list[str], at: int) -> tuple[str, int]:
     return "", 0
 
 
-def without(lines: list[str], rows: list[tuple[str, str]]) -> list[str]:
+def without(lines: list[str], rows: list[tuple[str, str]], nl: str) -> list[str]:
     """The section's lines without the row of each (topic, path), matched exactly (one line
-    per pair, in order); every one must be there."""
+    per pair, in order); every one must be there. A table left without any line keeps a
+    header, so that a table further down the section does not become the index."""
     found = [(n, c[0], row_path(c)) for n, c in data_rows(lines)]
     drop: set[int] = set()
     for topic, path in rows:
@@ -99,7 +100,11 @@ def without(lines: list[str], rows: list[tuple[str, str]]) -> list[str]:
         if n is None:
             raise InputError(f"progress.txt: index row for {topic!r} vanished while editing; retry")
         drop.add(n)
-    return [x for i, x in enumerate(lines) if i not in drop]
+    kept = [x for i, x in enumerate(lines) if i not in drop]
+    if drop and not any(x.lstrip().startswith("|") for x in kept[1:]):
+        at = min(drop)
+        kept[at:at] = [f"| Topic | Reference Path |{nl}", f"|---|---|{nl}"]
+    return kept
 
 
 def replaced(lines: list[str], by_path: dict[str, tuple[str, str]], nl: str) -> list[str]:
