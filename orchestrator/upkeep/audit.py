@@ -1,7 +1,9 @@
 """The findings engine behind `ralph check`: is the indexed memory consistent?
 
 It reads progress.txt's `## Progress Index` and `## Archived` tables with line numbers (so a
-finding can point at the line to fix) and the references folder, and reports: malformed
+finding can point at the line to fix) through `memory.progress.Progress`, the one reading
+`ralph run` uses, so a row check accepts is a row the loop reads and a line check calls
+malformed is one the loop does not read. With the references folder it reports: malformed
 tables, rows whose file is missing, files no row names, paths escaping the folder, duplicate
 and near-duplicate topics, references over `references.max_tokens`, log entries without a
 story id, and an interrupted compact/migrate apply. It never writes.
@@ -437,10 +439,10 @@ def _size_findings(mem: MemoryFiles) -> list[Finding]:
     return out
 
 
-def index_size(text: str) -> tuple[int, int]:
+def index_size(text: str | Progress) -> tuple[int, int]:
     """(tokens, 1-based heading line) of progress.txt's Progress Index section; (0, 0)
-    when there is none."""
-    return _index_size(Progress.parse(text))
+    when there is none. Pass the Progress when there is one: the text is parsed otherwise."""
+    return _index_size(text if isinstance(text, Progress) else Progress.parse(text))
 
 
 def _index_size(progress: Progress) -> tuple[int, int]:
