@@ -26,12 +26,14 @@ SECOND_INDEX = (
 
 @dataclass(frozen=True)
 class TableRow:
-    """A row of the index or `## Archived` table, where it stands in progress.txt."""
+    """A row of the index or `## Archived` table, where it stands in progress.txt (or a
+    topic an area reference lists, for `ralph check`)."""
 
     topic: str
     path: str
     line: int  # 1-based line in progress.txt
     archived: bool = False
+    area: str = ""  # for a topic an area reference lists: that area reference's path
     extra_cells: bool = False  # `| topic | path | note |`: read, but never rewritten
 
 
@@ -71,7 +73,7 @@ def read(lines: list[str], index_at: int, index_len: int) -> Tables:
         sec = lines[start:end]
         archived = table_end is None
         rows += [
-            TableRow(c[0], row_path(c), start + n + 1, archived, len(c) > 2)
+            TableRow(c[0], row_path(c), start + n + 1, archived, extra_cells=len(c) > 2)
             for n, c in data_rows(sec)
             if table_end is None or n < table_end
         ]

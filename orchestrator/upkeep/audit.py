@@ -23,7 +23,7 @@ from orchestrator.memory import areas, journal
 from orchestrator.memory.prd import Prd
 from orchestrator.memory.progress import Progress, extract_story_ids
 from orchestrator.memory.store import FastStore, PathResolver
-from orchestrator.memory.tables import is_reserved_heading
+from orchestrator.memory.tables import TableRow, is_reserved_heading
 
 _NEAR = 0.85  # difflib ratio between two words that counts as the same word (typos)
 # `ralph check` and `ralph status` warn when the Progress Index passes this share of
@@ -32,14 +32,7 @@ _NEAR = 0.85  # difflib ratio between two words that counts as the same word (ty
 INDEX_WARN_SHARE = 0.25
 
 
-@dataclass(frozen=True)
-class Row:
-    topic: str
-    path: str
-    line: int  # 1-based line in progress.txt
-    archived: bool = False
-    area: str = ""  # for a topic an area reference lists: that area reference's path
-    extra_cells: bool = False  # `| topic | path | note |`: read, but never rewritten
+Row = TableRow  # one row type: the model's
 
 
 @dataclass(frozen=True)
@@ -245,8 +238,7 @@ def parse_tables(text: str) -> tuple[list[Row], list[tuple[int, str]]]:
 
 def _rows(progress: Progress) -> tuple[list[Row], list[tuple[int, str]]]:
     tables = progress.tables()
-    rows = [Row(r.topic, r.path, r.line, r.archived, "", r.extra_cells) for r in tables.rows]
-    return rows, tables.problems
+    return tables.rows, tables.problems
 
 
 # ---------------------------------------------------------------- the checks
