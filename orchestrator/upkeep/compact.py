@@ -20,7 +20,9 @@ from typing import Any
 
 import structlog
 
-from orchestrator import fsutil, tokens
+from orchestrator import fsutil, ledger, tokens
+from orchestrator.agents import runner
+from orchestrator.agents.base import get_agent
 from orchestrator.memory import areas, refloss
 from orchestrator.memory.journal import Transaction
 from orchestrator.memory.progress import Progress
@@ -99,10 +101,8 @@ def stories_since(records: list[dict[str, Any]], since: float) -> int:
 
 def _read_ledger(project: Any) -> list[dict[str, Any]]:
     try:
-        from orchestrator import ledger
-
         return ledger.read(project.ledger_path)
-    except (ImportError, OSError):
+    except OSError:
         return []
 
 
@@ -352,9 +352,6 @@ Do not edit any other file. When done, reply with one line saying what you remov
 def condense_with_agent(project: Any, row: audit.Row, agent_name: str, *, apply: bool) -> int:
     """Ask an agent to condense one oversized reference, then verify it shrank and kept its
     topic; the original is archived first and restored when the result is refused."""
-    from orchestrator.agents import runner
-    from orchestrator.agents.base import get_agent
-
     mem = audit.MemoryFiles.load(project)
     cap = project.config.references.max_tokens
     target = mem.abs(row.path)
