@@ -237,14 +237,14 @@ def test_the_generator_makes_the_odd_cases() -> None:
 
 
 def migrate_entries(text: str) -> list[list[str]]:
-    """Story ids per entry as `ralph migrate` splits the log (no prd: no known ids)."""
-    _header, blocks = migrate._split_blocks(text)
+    """Story ids per entry as `ralph migrate` splits the log (build_plan's loop, with no
+    prd: no known ids)."""
+    _header, blocks = migrate._split_blocks(text.replace("\r\n", "\n"))
     out, seen = [], False
     for heading, body in blocks:
-        block = migrate._classify(heading, body, {}, seen)
-        seen = seen or block.kind == "story"
-        if block.kind == "story":
-            out.append(block.story_ids)
+        new = migrate._explode(migrate._classify(heading, body, {}, seen))
+        seen = seen or any(b.kind == "story" for b in new)
+        out += [b.story_ids for b in new if b.kind == "story"]
     return out
 
 
