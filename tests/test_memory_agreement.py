@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator import project
-from orchestrator.memory.markdown import AFTER_TABLE, NOT_A_ROW
+from orchestrator.memory.markdown import AFTER_TABLE, NOT_A_ROW, sections, split_lines
 from orchestrator.memory.progress import Progress
 from orchestrator.memory.store import Memory
 from orchestrator.memory.tables import SECOND_INDEX
@@ -205,6 +205,8 @@ def agree(name: str, text: str) -> list[str]:
         bad.append(f"compact rotates {len(moved)} entries, not the {len(ids)} run sees")
     if len(rest.render()) + sum(len(e.text) for e in progress.entries) != len(text):
         bad.append("rotation lost or added text outside the entries")
+    if progress.section_headings() != [(h, s + 1) for h, s, _e in sections(split_lines(text))]:
+        bad.append("the model's sections are not markdown's")
     if progress.entry_count != len(ids):
         bad.append("status counts another number of entries")
     return [f"{name}: {b}" for b in bad]

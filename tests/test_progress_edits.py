@@ -175,3 +175,10 @@ def test_compact_on_a_crlf_log_writes_crlf(tmp_path: Path) -> None:
     assert "\n" not in text.replace("\r\n", "")
     assert "## Archived\r\n| Topic | Reference Path |\r\n|---|---|\r\n| Old |" in text
     assert audit.check(project.locate(root)) == []
+
+
+def test_sections_when_the_text_after_the_index_table_starts_in_a_code_fence() -> None:
+    text = "## Progress Index\n```\n| A | a.md |\n## fenced\n```\n## 2026-01-01 - US-001\n- x\n"
+    p = Progress.parse(text)
+    assert p.section_headings() == [("## Progress Index", 1), ("## 2026-01-01 - US-001", 6)]
+    assert p.index_section() == ("## Progress Index\n```\n| A | a.md |\n## fenced\n```", 1)

@@ -277,6 +277,30 @@ class Progress:
 
     # -- positions and edits for check and compact (each edit returns a new Progress) ------
 
+    @functools.cached_property
+    def _lines(self) -> list[str]:
+        return split_lines(self.text)
+
+    @functools.cached_property
+    def _sections(self) -> list[tables.Section]:
+        """markdown.sections of the text, from the segments: each `## ` section starts a
+        segment, and the other segments (fallback entries, the text after the index table)
+        start with no `## ` line, unless that line is inside a code fence, which only the
+        text after the index table can start with: then the text is read again."""
+        starts: list[int] = []
+        line = 0
+        prev: _Segment | None = None
+        for seg in self._segments:
+            if seg.kind != "header" and SECTION_START.match(seg.text):
+                if prev is not None and prev.kind == "index" and seg.kind == "other":
+                    return sections(self._lines)
+                starts.append(line)
+            line += seg.text.count("\n")
+            prev = seg
+        lines = self._lines
+        ends = [*starts[1:], len(lines)]
+        return [(lines[s].rstrip(), s, e) for s, e in zip(starts, ends[: len(starts)], strict=True)]
+
     def _index_at(self) -> tuple[_Segment | None, int]:
         """The index segment and its 0-based first line (-1 without an index)."""
         n = 0
@@ -290,17 +314,17 @@ class Progress:
         """The index and `## Archived` tables with 1-based lines, and their problems."""
         seg, at = self._index_at()
         n = len(split_lines(seg.text)) if seg else 0
-        return tables.read(split_lines(self.text), at, n)
+        return tables.read(self._lines, self._sections, at, n)
 
     def section_headings(self) -> list[tuple[str, int]]:
         """(heading, 1-based line) of every `## ` section outside code fences."""
-        return [(h, start + 1) for h, start, _end in sections(split_lines(self.text))]
+        return [(h, start + 1) for h, start, _end in self._sections]
 
     def index_section(self) -> tuple[str, int]:
         """(text, 1-based heading line) of the whole index section (table and any notes up
         to the next `## `); ("", 0) without an index."""
         _seg, at = self._index_at()
-        return tables.section_at(split_lines(self.text), at) if at >= 0 else ("", 0)
+        return tables.section_at(self._lines, self._sections, at) if at >= 0 else ("", 0)
 
     def without_rows(self, rows: list[tuple[str, str]]) -> Progress:
         """Drop the index row of each (topic, path), matched exactly; each must exist."""
@@ -322,7 +346,7 @@ class Progress:
         if not rows:
             return self
         _seg, at = self._index_at()
-        return Progress.parse(tables.with_archived(split_lines(self.text), at, rows, self.newline))
+        return Progress.parse(tables.with_archived(self._lines, at, rows, self.newline))
 
     def rotated(self, keep: int) -> tuple[Progress, list[str]]:
         """The log without its entries before the last `keep`, and those entries (each

@@ -55,13 +55,16 @@ def row_path(cells: list[str]) -> str:
     return cells[1].strip("`").strip()
 
 
-def read(lines: list[str], index_at: int, index_len: int) -> Tables:
+Section = tuple[str, int, int]  # heading, first line, end line (exclusive): markdown.sections
+
+
+def read(lines: list[str], secs: list[Section], index_at: int, index_len: int) -> Tables:
     """The index section starting at line `index_at` (its table is its first `index_len`
     lines: a row after them is a problem, not a row), every `## Archived` table, and a
     problem per other `## Progress Index` heading (`ralph run` reads only the first)."""
     rows: list[TableRow] = []
     problems: list[tuple[int, str]] = []
-    for heading, start, end in sections(lines):
+    for heading, start, end in secs:
         table_end: int | None = None
         if start == index_at:
             table_end = index_len
@@ -81,10 +84,10 @@ def read(lines: list[str], index_at: int, index_len: int) -> Tables:
     return Tables(rows, sorted(problems, key=lambda p: p[0]))
 
 
-def section_at(lines: list[str], at: int) -> tuple[str, int]:
+def section_at(lines: list[str], secs: list[Section], at: int) -> tuple[str, int]:
     """(text, 1-based heading line) of the `## ` section starting at line `at`, without its
     last newline unless it ends the file."""
-    for _h, start, end in sections(lines):
+    for _h, start, end in secs:
         if start == at:
             text = "".join(lines[start:end])
             return (text[:-1] if end < len(lines) else text), start + 1

@@ -12,6 +12,7 @@ story id, and an interrupted compact/migrate apply. It never writes.
 from __future__ import annotations
 
 import difflib
+import functools
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -434,7 +435,14 @@ def _size_findings(mem: MemoryFiles) -> list[Finding]:
 def index_size(text: str | Progress) -> tuple[int, int]:
     """(tokens, 1-based heading line) of progress.txt's Progress Index section; (0, 0)
     when there is none. Pass the Progress when there is one: the text is parsed otherwise."""
-    return _index_size(text if isinstance(text, Progress) else Progress.parse(text))
+    return _index_size(text if isinstance(text, Progress) else _parsed(text))
+
+
+@functools.lru_cache(maxsize=1)
+def _parsed(text: str) -> Progress:
+    """`ralph status` asks for the index's size and its warning with the same text: one
+    parse (a str caches its hash, so the lookup costs nothing after the first)."""
+    return Progress.parse(text)
 
 
 def _index_size(progress: Progress) -> tuple[int, int]:
@@ -444,7 +452,7 @@ def _index_size(progress: Progress) -> tuple[int, int]:
 
 def index_warning(text: str | Progress, budget: int) -> tuple[str, int] | None:
     """(message, line) when the index passes INDEX_WARN_SHARE of the prompt budget."""
-    n, line = _index_size(text if isinstance(text, Progress) else Progress.parse(text))
+    n, line = _index_size(text if isinstance(text, Progress) else _parsed(text))
     if n <= INDEX_WARN_SHARE * budget:
         return None
     return (
