@@ -22,7 +22,6 @@ from orchestrator.memory.markdown import (
     data_rows,
     escape_cell,
     fenced_lines,
-    sections,
     split_lines,
 )
 from orchestrator.memory.tables import INDEX_HEADING_LINE as INDEX_HEADING_LINE
@@ -283,23 +282,8 @@ class Progress:
 
     @functools.cached_property
     def _sections(self) -> list[tables.Section]:
-        """markdown.sections of the text, from the segments: each `## ` section starts a
-        segment, and the other segments (fallback entries, the text after the index table)
-        start with no `## ` line, unless that line is inside a code fence, which only the
-        text after the index table can start with: then the text is read again."""
-        starts: list[int] = []
-        line = 0
-        prev: _Segment | None = None
-        for seg in self._segments:
-            if seg.kind != "header" and SECTION_START.match(seg.text):
-                if prev is not None and prev.kind == "index" and seg.kind == "other":
-                    return sections(self._lines)
-                starts.append(line)
-            line += seg.text.count("\n")
-            prev = seg
-        lines = self._lines
-        ends = [*starts[1:], len(lines)]
-        return [(lines[s].rstrip(), s, e) for s, e in zip(starts, ends[: len(starts)], strict=True)]
+        # Read once per Progress (it never changes) for check's tables, size and headings.
+        return tables.sections_of([(s.kind, s.text) for s in self._segments], self._lines)
 
     def _index_at(self) -> tuple[_Segment | None, int]:
         """The index segment and its 0-based first line (-1 without an index)."""

@@ -12,7 +12,13 @@ import re
 from dataclasses import dataclass
 
 from orchestrator.errors import InputError
-from orchestrator.memory.markdown import data_rows, escape_cell, sections, table_problems
+from orchestrator.memory.markdown import (
+    SECTION_START,
+    data_rows,
+    escape_cell,
+    sections,
+    table_problems,
+)
 
 ARCHIVED_HEADING = "## Archived"
 INDEX_HEADING_LINE = re.compile(r"##\s+progress index\s*$", re.IGNORECASE)
@@ -56,6 +62,25 @@ def row_path(cells: list[str]) -> str:
 
 
 Section = tuple[str, int, int]  # heading, first line, end line (exclusive): markdown.sections
+
+
+def sections_of(segments: list[tuple[str, str]], lines: list[str]) -> list[Section]:
+    """markdown.sections of a Progress's text from its (kind, text) segments: each `## `
+    section starts a segment, and the other segments (fallback entries, the text after the
+    index table) start with no `## ` line, unless that line is inside a code fence, which
+    only the text after the index table can start with: then the lines are read again."""
+    starts: list[int] = []
+    line = 0
+    prev = ""
+    for kind, text in segments:
+        if kind != "header" and SECTION_START.match(text):
+            if prev == "index" and kind == "other":
+                return sections(lines)
+            starts.append(line)
+        line += text.count("\n")
+        prev = kind
+    ends = [*starts[1:], len(lines)]
+    return [(lines[s].rstrip(), s, e) for s, e in zip(starts, ends[: len(starts)], strict=True)]
 
 
 def read(lines: list[str], secs: list[Section], index_at: int, index_len: int) -> Tables:
