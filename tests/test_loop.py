@@ -104,6 +104,38 @@ def test_workstate_sees_edits_to_dirty_files_and_ignores_logs(tmp_path: Path) ->
     assert s3.head != s1.head
 
 
+def record(**fields) -> ledger.IterationRecord:
+    """An iteration record with plain values, `fields` overriding them."""
+    base = {
+        "iteration": 1,
+        "story_id": "US-001",
+        "story_title": "First",
+        "mode": "indexed",
+        "agent": "sim",
+        "model": None,
+        "prompt_tokens": 100,
+        "prompt_tokens_estimated": True,
+        "full_history_tokens": 400,
+        "selected_references": [],
+        "usage": None,
+        "cost_usd": None,
+        "duration_s": 1.0,
+        "exit_code": 0,
+        "outcome": "no_progress",
+        "timed_out": None,
+        "killed_processes": [],
+        "attempts": 1,
+        "completion": None,
+        "committed": False,
+        "files_changed": False,
+        "error": None,
+        "checks": {},
+        "updated_references": [],
+        "transcript": "ralph/logs/x/iteration-1.log",
+    }
+    return ledger.IterationRecord(**{**base, **fields})
+
+
 class _Sleeps(list):
     def __call__(self, secs: float) -> None:
         self.append(secs)
@@ -168,16 +200,8 @@ def test_limit_wait_beyond_max_wait_stops(loop: Loop) -> None:
 
 
 def test_stuck_breaker_counts_only_consecutive_no_progress(loop: Loop) -> None:
-    def rec(i: int, outcome: str, changed: bool = False) -> dict:
-        return {
-            "iteration": i,
-            "story_id": "US-001",
-            "outcome": outcome,
-            "exit_code": 0,
-            "committed": False,
-            "files_changed": changed,
-            "error": None,
-        }
+    def rec(i: int, outcome: str, changed: bool = False) -> ledger.IterationRecord:
+        return record(iteration=i, outcome=outcome, files_changed=changed)
 
     loop._check_stuck(rec(1, "no_progress"))
     loop._check_stuck(rec(2, "failed", changed=True))  # a file changed: progress

@@ -18,6 +18,7 @@ from typing import Any
 from orchestrator import fsutil, tokens
 from orchestrator.errors import FatalError, PathEscapeError
 from orchestrator.memory import areas, journal
+from orchestrator.memory.findings import Finding
 from orchestrator.memory.markdown import sections
 from orchestrator.memory.prd import Prd
 from orchestrator.memory.progress import extract_story_ids, looks_like_entry
@@ -45,17 +46,9 @@ class Row:
     extra_cells: bool = False  # `| topic | path | note |`: read, but never rewritten
 
 
-@dataclass(frozen=True)
-class Finding:
-    kind: str
-    file: str
-    line: int | None
-    message: str
-    fix: str
-
-    def format(self) -> str:
-        where = f"{self.file}:{self.line}" if self.line else self.file
-        return f"{where}: {self.message} (fix: {self.fix}) [{self.kind}]"
+def _finding(kind: str, file: str, line: int | None, message: str, fix: str) -> Finding:
+    """A `ralph check` finding: every one fails the check (exit 1), so all are errors."""
+    return Finding(kind, "error", message, fix, file, line)
 
 
 # ---------------------------------------------------------------- parsing helpers
@@ -324,7 +317,7 @@ def check(project: Any) -> list[Finding]:
     out: list[Finding] = []
     out += _journal_findings(project)
     out += [
-        Finding(
+        _finding(
             "malformed-table",
             prog,
             n,
@@ -352,7 +345,7 @@ def _always_findings(mem: MemoryFiles) -> list[Finding]:
     names = {norm_topic(r.topic) for r in live} | {norm_topic(Path(r.path).stem) for r in live}
     where = project.rel(project.config_path) if project.config_path else "ralph.yaml"
     return [
-        Finding(
+        _finding(
             "unknown-always",
             where,
             None,
@@ -369,7 +362,7 @@ def _journal_findings(project: Any) -> list[Finding]:
     if jdir is None:
         return []
     return [
-        Finding(
+        _finding(
             "interrupted-apply",
             project.rel(jdir),
             None,
@@ -387,7 +380,7 @@ def _row_findings(mem: MemoryFiles, prog: str) -> list[Finding]:
             p = mem.abs(r.path)
         except PathEscapeError as exc:
             out.append(
-                Finding(
+                _finding(
                     "path-escape",
                     where,
                     line,
@@ -398,7 +391,7 @@ def _row_findings(mem: MemoryFiles, prog: str) -> list[Finding]:
             continue
         if not p.is_file():
             out.append(
-                Finding(
+                _finding(
                     "missing-file",
                     where,
                     line,
@@ -416,7 +409,7 @@ def _folder_findings(mem: MemoryFiles) -> list[Finding]:
     if folder.is_dir() or not (folder.exists() or folder.is_symlink()):
         return []
     return [
-        Finding(
+        _finding(
             "references-not-a-folder",
             mem.rel_dir,
             None,
@@ -439,7 +432,7 @@ def _orphan_findings(mem: MemoryFiles) -> list[Finding]:
         if f.resolve() not in named:
             ip = store.index_path_of(f)
             out.append(
-                Finding(
+                _finding(
                     "orphan-file",
                     ip,
                     None,
@@ -458,7 +451,7 @@ def _duplicate_findings(mem: MemoryFiles, prog: str) -> list[Finding]:
         if key in seen_path:
             first = seen_path[key]
             out.append(
-                Finding(
+                _finding(
                     "duplicate-path",
                     prog,
                     r.line,
@@ -472,7 +465,7 @@ def _duplicate_findings(mem: MemoryFiles, prog: str) -> list[Finding]:
     for a, b in near_duplicate_pairs([r for r in mem.rows if not r.archived and not r.extra_cells]):
         kind = "duplicate-topic" if norm_topic(a.topic) == norm_topic(b.topic) else "near-duplicate"
         out.append(
-            Finding(
+            _finding(
                 kind,
                 prog,
                 b.line,
@@ -494,7 +487,7 @@ def _size_findings(mem: MemoryFiles) -> list[Finding]:
             continue  # an area reference lists topics; it never goes into a prompt
         if (n := tokens.count(text)) > cap:
             out.append(
-                Finding(
+                _finding(
                     "oversized",
                     r.path,
                     None,
@@ -533,7 +526,7 @@ def _index_size_findings(mem: MemoryFiles, prog: str) -> list[Finding]:
     if warning is None:
         return []
     return [
-        Finding(
+        _finding(
             "index-large",
             prog,
             warning[1],
@@ -551,7 +544,7 @@ def _log_findings(mem: MemoryFiles, prog: str) -> list[Finding]:
         if is_reserved(heading) or story_ids(heading) or _names_one_of(heading, known):
             continue
         out.append(
-            Finding(
+            _finding(
                 "entry-without-story",
                 prog,
                 start + 1,
