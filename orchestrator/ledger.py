@@ -54,7 +54,7 @@ def _order_keys(_logger: WrappedLogger, _name: str, event_dict: EventDict) -> Ev
     return ordered
 
 
-def saved_pct(full: int, used: int, digits: int | None = 1) -> float:
+def saved_pct(full: float, used: float, digits: int | None = 1) -> float:
     """Percent of `full` (tokens Ralph would have loaded) that `used` saved; 0.0 when full is
     0. Rounded to `digits` (1, as ledger records and reports store it; None: unrounded)."""
     pct = 100.0 * (full - used) / full if full else 0.0

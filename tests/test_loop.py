@@ -14,6 +14,8 @@ from orchestrator.agents import limits
 from orchestrator.agents.base import AgentResult, Usage
 from orchestrator.agents.runner import RunOutcome
 from orchestrator.errors import BudgetExhausted, Stuck
+from orchestrator.memory.prd import Prd
+from orchestrator.memory.progress import Progress
 from orchestrator.project import locate
 from orchestrator.run.display import Display
 from orchestrator.run.iteration import Attempt, WorkState
@@ -209,3 +211,42 @@ def test_stuck_breaker_counts_only_consecutive_no_progress(loop: Loop) -> None:
     loop._check_stuck(rec(4, "no_progress"))
     with pytest.raises(Stuck, match=r"3 iterations in a row.*#3 US-001.*#5 US-001"):
         loop._check_stuck(rec(5, "timeout"))
+
+
+def test_each_iteration_parses_prd_and_progress_once_before_and_once_after(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """prd.json is parsed once before an iteration (the loop's, which picks the story) and
+    once after (the agent's result, which the post-story checks reuse); progress.txt once
+    before (the prompt's memory, which the snapshot reuses) and once after (the checks).
+    A real run with the sim agent; the parsers are wrapped with counters."""
+    calls = {"prd": 0, "progress": 0}
+    prd_parse, progress_parse = Prd.parse.__func__, Progress.parse.__func__
+
+    def counting(key, parse):
+        def wrapper(cls, *args, **kwargs):
+            calls[key] += 1
+            return parse(cls, *args, **kwargs)
+
+        return classmethod(wrapper)
+
+    monkeypatch.setattr(Prd, "parse", counting("prd", prd_parse))
+    monkeypatch.setattr(Progress, "parse", counting("progress", progress_parse))
+    per_iteration, one_iteration = [], Loop._one_iteration
+
+    def measured(self, prd, story):
+        before = dict(calls)
+        try:
+            return one_iteration(self, prd, story)
+        finally:
+            per_iteration.append({k: calls[k] - before[k] for k in calls})
+
+    monkeypatch.setattr(Loop, "_one_iteration", measured)
+    root = make_project(tmp_path / "p", 1)
+    monkeypatch.chdir(root)
+    lp = Loop(locate(root), RunOptions(tool="sim", display=Display(quiet=True), sleep=_Sleeps()))
+    summary = lp.run()
+    assert summary.status == "complete" and summary.passed == 1
+    # Inside the iteration: prd.json after the agent; progress.txt before and after. The
+    # "before" prd.json parse is the loop's own, made to pick the story.
+    assert per_iteration == [{"prd": 1, "progress": 2}]

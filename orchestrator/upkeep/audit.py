@@ -13,7 +13,6 @@ import difflib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from orchestrator import fsutil, tokens
 from orchestrator.errors import FatalError, PathEscapeError
@@ -23,6 +22,7 @@ from orchestrator.memory.markdown import sections
 from orchestrator.memory.prd import Prd
 from orchestrator.memory.progress import extract_story_ids, looks_like_entry
 from orchestrator.memory.store import FastStore, PathResolver
+from orchestrator.project import Project
 
 INDEX_HEADING = "## Progress Index"
 ARCHIVED_HEADING = "## Archived"
@@ -207,7 +207,7 @@ def near_duplicate_pairs(rows: list[Row]) -> list[tuple[Row, Row]]:
 class MemoryFiles:
     """progress.txt's tables plus access to the references folder, for check and compact."""
 
-    project: Any
+    project: Project
     text: str
     rows: list[Row]
     table_problems: list[tuple[int, str]]
@@ -217,8 +217,8 @@ class MemoryFiles:
     store: PathResolver | None = None  # project.references, resolving many paths at once
 
     @classmethod
-    def load(cls, project: Any) -> MemoryFiles:
-        tokens.use_disk_cache(getattr(project, "logs_dir", None))
+    def load(cls, project: Project) -> MemoryFiles:
+        tokens.use_disk_cache(project.logs_dir)
         path = Path(project.progress_path)
         text = fsutil.read_text(path) if fsutil.present(path) else ""
         rows, problems = parse_tables(text)
@@ -311,7 +311,7 @@ def _parse_table(
 # ---------------------------------------------------------------- the checks
 
 
-def check(project: Any) -> list[Finding]:
+def check(project: Project) -> list[Finding]:
     mem = MemoryFiles.load(project)
     prog = project.rel(project.progress_path)
     out: list[Finding] = []
@@ -357,7 +357,7 @@ def _always_findings(mem: MemoryFiles) -> list[Finding]:
     ]
 
 
-def _journal_findings(project: Any) -> list[Finding]:
+def _journal_findings(project: Project) -> list[Finding]:
     jdir = journal.pending(project.ralph_dir)
     if jdir is None:
         return []
@@ -555,7 +555,7 @@ def _log_findings(mem: MemoryFiles, prog: str) -> list[Finding]:
     return out
 
 
-def _prd_story_ids(project: Any) -> list[str]:
+def _prd_story_ids(project: Project) -> list[str]:
     """prd.json's story ids: an id the heading pattern cannot recognise (`API/006`) is still
     a story id when prd.json has it. A missing or broken prd.json is not this check's to
     report."""

@@ -25,7 +25,7 @@ from orchestrator.errors import InputError
 from orchestrator.memory import areas, refloss
 from orchestrator.memory.journal import Transaction
 from orchestrator.memory.markdown import sections
-from orchestrator.project import ensure_logs_dir
+from orchestrator.project import Project, ensure_logs_dir
 from orchestrator.upkeep import audit
 
 log = structlog.get_logger()
@@ -99,7 +99,7 @@ def stories_since(records: list[dict[str, Any]], since: float) -> int:
     return len(ids)
 
 
-def _read_ledger(project: Any) -> list[dict[str, Any]]:
+def _read_ledger(project: Project) -> list[dict[str, Any]]:
     try:
         from orchestrator import ledger
 
@@ -108,7 +108,7 @@ def _read_ledger(project: Any) -> list[dict[str, Any]]:
         return []
 
 
-def plan(project: Any) -> CompactPlan:
+def plan(project: Project) -> CompactPlan:
     cfg = project.config
     mem = audit.MemoryFiles.load(project)
     cap = cfg.references.max_tokens
@@ -169,7 +169,7 @@ def plan(project: Any) -> CompactPlan:
     live = [r for r in live if r.path not in stale_paths]
 
     # 3. bounded topics: past references.max_topics rows, group them under area references
-    limit = getattr(cfg.references, "max_topics", None)
+    limit = cfg.references.max_topics
     if limit and len(live) > limit:
         text = _nest(out, mem, text, live, always, limit, ref_writes)
 
@@ -279,7 +279,7 @@ def _rewrite_index(text: str, replace: dict[str, tuple[str, str, list[audit.Row]
     return "\n".join(ln for i, ln in enumerate(lines) if i not in drop)
 
 
-def apply(project: Any, p: CompactPlan) -> None:
+def apply(project: Project, p: CompactPlan) -> None:
     txn = Transaction(project.ralph_dir)
     for path, text in p.writes.items():
         if text is None:
@@ -390,7 +390,7 @@ Do not edit any other file. When done, reply with one line saying what you remov
 """
 
 
-def condense_with_agent(project: Any, row: audit.Row, agent_name: str, *, apply: bool) -> int:
+def condense_with_agent(project: Project, row: audit.Row, agent_name: str, *, apply: bool) -> int:
     """Ask an agent to condense one oversized reference, then verify it shrank and kept its
     topic; the original is archived first and restored when the result is refused."""
     from orchestrator.agents import runner
