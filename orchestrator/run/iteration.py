@@ -260,17 +260,19 @@ class Iteration:
         transcript: Path,
     ) -> Attempt:
         passed = all_passed = False
-        prd_error = None
         after = PrdState.read(Path(self.project.prd_path))
-        try:
-            if after.prd is None:
-                raise InputError(after.error or "prd.json is missing")
-            passed = after.prd.get(self.story.id).passes
-            all_passed = after.prd.all_passed()
-        except InputError as exc:
+        problem = after.error  # set whenever prd.json did not parse
+        if after.prd is not None:
+            try:
+                passed = after.prd.get(self.story.id).passes
+                all_passed = after.prd.all_passed()
+            except InputError as exc:  # the story is gone from prd.json
+                problem = str(exc)
+        prd_error = None
+        if problem is not None:
             # The agent broke prd.json: not a pass; checks.verify reports/restores it.
-            prd_error = f"prd.json unreadable after the agent ran: {exc}"
-            log.warning("prd.json unreadable after iteration", error=str(exc))
+            prd_error = f"prd.json unreadable after the agent ran: {problem}"
+            log.warning("prd.json unreadable after iteration", error=problem)
         return Attempt(
             n=self.attempts,
             outcome=outcome,
