@@ -10,7 +10,7 @@ import pytest
 from run_helpers import git, make_project
 
 from orchestrator import ledger
-from orchestrator.agents import limits
+from orchestrator.agents import get_agent, limits
 from orchestrator.agents.base import AgentResult, Usage
 from orchestrator.agents.runner import RunOutcome
 from orchestrator.errors import BudgetExhausted, Stuck
@@ -18,7 +18,7 @@ from orchestrator.memory.prd import Prd
 from orchestrator.memory.progress import Progress
 from orchestrator.project import locate
 from orchestrator.run.display import Display
-from orchestrator.run.iteration import Attempt, WorkState
+from orchestrator.run.iteration import Attempt, Context, Iteration, WorkState
 from orchestrator.run.loop import Loop, RunOptions
 
 NOW = datetime(2026, 11, 30, 6, 0, tzinfo=timezone.utc)
@@ -250,3 +250,32 @@ def test_each_iteration_parses_prd_and_progress_once_before_and_once_after(
     # Inside the iteration: prd.json after the agent; progress.txt before and after. The
     # "before" prd.json parse is the loop's own, made to pick the story.
     assert per_iteration == [{"prd": 1, "progress": 2}]
+
+
+def test_a_prd_json_broken_by_the_agent_is_an_error_then_restored(tmp_path: Path) -> None:
+    """The iteration's own path without a spawn: prd.json is read once after the agent
+    (here: left as broken JSON), that read is an `error` attempt, and the checks reuse it to
+    restore the snapshot's prd.json; all_passed follows the restored file."""
+    root = make_project(tmp_path / "p", 2)
+    project = locate(root)
+    prd = Prd.load(project.prd_path)
+    story = prd.next_story()
+    assert story is not None
+    ctx = Context(
+        project=project,
+        agent=get_agent("sim", project.config.agent("sim")),
+        display=Display(quiet=True),
+        run_dir=tmp_path / "run",
+        mode="indexed",
+        max_iterations=3,
+    )
+    it = Iteration(ctx, 1, story, prd)
+    before = project.prd_path.read_text()
+    project.prd_path.write_text('{"userStories": [')  # what a careless agent leaves
+    attempt = it._assess(RunOutcome(0, "", None, False, 1.0), AgentResult(), it.start, Path("t"))
+    assert attempt.outcome_name() == "error" and "invalid JSON" in (attempt.prd_error or "")
+    report = it.verify(attempt)
+    assert [f.kind for f in report.errors()] == ["prd_invalid"]
+    assert project.prd_path.read_text() == before
+    assert report.prd is it.snapshot.prd and not attempt.all_passed and not attempt.passed
+    assert it.record(attempt).outcome == "error"
