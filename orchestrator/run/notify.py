@@ -22,6 +22,7 @@ from typing import Any
 import structlog
 
 from orchestrator.config import NotifyConfig
+from orchestrator.project import Project
 from orchestrator.redact import Redactor
 from orchestrator.run.display import duration, money
 from orchestrator.tokens import fmt
@@ -178,6 +179,6 @@ def summary(t: Any) -> str:
     )
 
 
-def for_loop(project: Any, run_id: str) -> Notifier:
+def for_loop(project: Project, run_id: str) -> Notifier:
     """The notifier of one run of `project` (named after its folder)."""
     return Notifier(project.config.notify, project.root.name, run_id)

@@ -15,17 +15,18 @@ from orchestrator import fsutil, ledger, tokens
 from orchestrator.errors import PathEscapeError
 from orchestrator.memory import areas
 from orchestrator.memory.store import FastStore
+from orchestrator.project import Project
 from orchestrator.upkeep import audit
 
 
-def collect(project: Any) -> dict[str, Any]:
+def collect(project: Project) -> dict[str, Any]:
     from orchestrator.memory.prd import Prd
     from orchestrator.memory.progress import Progress
 
     prd = Prd.load(Path(project.prd_path))
     nxt = prd.next_story()
     enc = project.config.encoding
-    tokens.use_disk_cache(getattr(project, "logs_dir", None))
+    tokens.use_disk_cache(project.logs_dir)
     progress_path = Path(project.progress_path)
     text = fsutil.read_text(progress_path) if fsutil.present(progress_path) else ""
     prog = Progress.parse(text)
@@ -57,7 +58,7 @@ def collect(project: Any) -> dict[str, Any]:
     }
 
 
-def references(project: Any, prog: Any, encoding: str) -> list[dict[str, Any]]:
+def references(project: Project, prog: Any, encoding: str) -> list[dict[str, Any]]:
     """Every index row (with its file's size) and every reference file not in the index."""
     store = FastStore(project.references)
     out: list[dict[str, Any]] = []
@@ -115,7 +116,7 @@ def last_run(ledger_path: Path) -> dict[str, Any] | None:
     return d
 
 
-def live_run(project: Any) -> dict[str, Any] | None:
+def live_run(project: Project) -> dict[str, Any] | None:
     """The run going on now (pid, story, iteration, since), or None when none is live."""
     from orchestrator.run import watch
 

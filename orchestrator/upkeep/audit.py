@@ -16,15 +16,16 @@ import functools
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from orchestrator import fsutil, tokens
 from orchestrator.errors import FatalError, PathEscapeError
 from orchestrator.memory import areas, journal
+from orchestrator.memory.findings import Finding
 from orchestrator.memory.prd import Prd
 from orchestrator.memory.progress import Progress, extract_story_ids
 from orchestrator.memory.store import FastStore, PathResolver
 from orchestrator.memory.tables import TableRow, is_reserved_heading
+from orchestrator.project import Project
 
 _NEAR = 0.85  # difflib ratio between two words that counts as the same word (typos)
 # `ralph check` and `ralph status` warn when the Progress Index passes this share of
@@ -36,17 +37,9 @@ INDEX_WARN_SHARE = 0.25
 Row = TableRow  # one row type: the model's
 
 
-@dataclass(frozen=True)
-class Finding:
-    kind: str
-    file: str
-    line: int | None
-    message: str
-    fix: str
-
-    def format(self) -> str:
-        where = f"{self.file}:{self.line}" if self.line else self.file
-        return f"{where}: {self.message} (fix: {self.fix}) [{self.kind}]"
+def _finding(kind: str, file: str, line: int | None, message: str, fix: str) -> Finding:
+    """A `ralph check` finding: every one fails the check (exit 1), so all are errors."""
+    return Finding(kind, "error", message, fix, file, line)
 
 
 # ---------------------------------------------------------------- topics
@@ -181,7 +174,7 @@ def near_duplicate_pairs(rows: list[Row]) -> list[tuple[Row, Row]]:
 class MemoryFiles:
     """progress.txt's tables plus access to the references folder, for check and compact."""
 
-    project: Any
+    project: Project
     text: str
     rows: list[Row]
     table_problems: list[tuple[int, str]]
@@ -192,8 +185,8 @@ class MemoryFiles:
     store: PathResolver | None = None  # project.references, resolving many paths at once
 
     @classmethod
-    def load(cls, project: Any) -> MemoryFiles:
-        tokens.use_disk_cache(getattr(project, "logs_dir", None))
+    def load(cls, project: Project) -> MemoryFiles:
+        tokens.use_disk_cache(project.logs_dir)
         path = Path(project.progress_path)
         text = fsutil.read_text(path) if fsutil.present(path) else ""
         progress = Progress.parse(text)
@@ -245,13 +238,13 @@ def _rows(progress: Progress) -> tuple[list[Row], list[tuple[int, str]]]:
 # ---------------------------------------------------------------- the checks
 
 
-def check(project: Any) -> list[Finding]:
+def check(project: Project) -> list[Finding]:
     mem = MemoryFiles.load(project)
     prog = project.rel(project.progress_path)
     out: list[Finding] = []
     out += _journal_findings(project)
     out += [
-        Finding(
+        _finding(
             "malformed-table",
             prog,
             n,
@@ -279,7 +272,7 @@ def _always_findings(mem: MemoryFiles) -> list[Finding]:
     names = {norm_topic(r.topic) for r in live} | {norm_topic(Path(r.path).stem) for r in live}
     where = project.rel(project.config_path) if project.config_path else "ralph.yaml"
     return [
-        Finding(
+        _finding(
             "unknown-always",
             where,
             None,
@@ -291,12 +284,12 @@ def _always_findings(mem: MemoryFiles) -> list[Finding]:
     ]
 
 
-def _journal_findings(project: Any) -> list[Finding]:
+def _journal_findings(project: Project) -> list[Finding]:
     jdir = journal.pending(project.ralph_dir)
     if jdir is None:
         return []
     return [
-        Finding(
+        _finding(
             "interrupted-apply",
             project.rel(jdir),
             None,
@@ -314,7 +307,7 @@ def _row_findings(mem: MemoryFiles, prog: str) -> list[Finding]:
             p = mem.abs(r.path)
         except PathEscapeError as exc:
             out.append(
-                Finding(
+                _finding(
                     "path-escape",
                     where,
                     line,
@@ -325,7 +318,7 @@ def _row_findings(mem: MemoryFiles, prog: str) -> list[Finding]:
             continue
         if not p.is_file():
             out.append(
-                Finding(
+                _finding(
                     "missing-file",
                     where,
                     line,
@@ -343,7 +336,7 @@ def _folder_findings(mem: MemoryFiles) -> list[Finding]:
     if folder.is_dir() or not (folder.exists() or folder.is_symlink()):
         return []
     return [
-        Finding(
+        _finding(
             "references-not-a-folder",
             mem.rel_dir,
             None,
@@ -366,7 +359,7 @@ def _orphan_findings(mem: MemoryFiles) -> list[Finding]:
         if f.resolve() not in named:
             ip = store.index_path_of(f)
             out.append(
-                Finding(
+                _finding(
                     "orphan-file",
                     ip,
                     None,
@@ -385,7 +378,7 @@ def _duplicate_findings(mem: MemoryFiles, prog: str) -> list[Finding]:
         if key in seen_path:
             first = seen_path[key]
             out.append(
-                Finding(
+                _finding(
                     "duplicate-path",
                     prog,
                     r.line,
@@ -399,7 +392,7 @@ def _duplicate_findings(mem: MemoryFiles, prog: str) -> list[Finding]:
     for a, b in near_duplicate_pairs([r for r in mem.rows if not r.archived and not r.extra_cells]):
         kind = "duplicate-topic" if norm_topic(a.topic) == norm_topic(b.topic) else "near-duplicate"
         out.append(
-            Finding(
+            _finding(
                 kind,
                 prog,
                 b.line,
@@ -421,7 +414,7 @@ def _size_findings(mem: MemoryFiles) -> list[Finding]:
             continue  # an area reference lists topics; it never goes into a prompt
         if (n := tokens.count(text)) > cap:
             out.append(
-                Finding(
+                _finding(
                     "oversized",
                     r.path,
                     None,
@@ -468,7 +461,7 @@ def _index_size_findings(mem: MemoryFiles, prog: str) -> list[Finding]:
     if warning is None:
         return []
     return [
-        Finding(
+        _finding(
             "index-large",
             prog,
             warning[1],
@@ -488,7 +481,7 @@ def _log_findings(mem: MemoryFiles, prog: str) -> list[Finding]:
         if _names_one_of(heading, known):
             continue
         out.append(
-            Finding(
+            _finding(
                 "entry-without-story",
                 prog,
                 line,
@@ -499,7 +492,7 @@ def _log_findings(mem: MemoryFiles, prog: str) -> list[Finding]:
     return out
 
 
-def _prd_story_ids(project: Any) -> list[str]:
+def _prd_story_ids(project: Project) -> list[str]:
     """prd.json's story ids: an id the heading pattern cannot recognise (`API/006`) is still
     a story id when prd.json has it. A missing or broken prd.json is not this check's to
     report."""

@@ -26,7 +26,7 @@ from orchestrator.agents.base import get_agent
 from orchestrator.memory import areas, refloss
 from orchestrator.memory.journal import Transaction
 from orchestrator.memory.progress import Progress
-from orchestrator.project import ensure_logs_dir
+from orchestrator.project import Project, ensure_logs_dir
 from orchestrator.upkeep import audit
 
 log = structlog.get_logger()
@@ -99,7 +99,7 @@ def stories_since(records: list[dict[str, Any]], since: float) -> int:
     return len(ids)
 
 
-def _read_ledger(project: Any) -> list[dict[str, Any]]:
+def _read_ledger(project: Project) -> list[dict[str, Any]]:
     try:
         return ledger.read(project.ledger_path)
     except OSError:
@@ -120,7 +120,7 @@ class _Work:
     gone: set[str] = field(default_factory=set)  # paths of merged and archived references
 
 
-def plan(project: Any) -> CompactPlan:
+def plan(project: Project) -> CompactPlan:
     cfg = project.config
     mem = audit.MemoryFiles.load(project)
     out = CompactPlan(progress_before=tokens.count(mem.text))
@@ -135,7 +135,7 @@ def plan(project: Any) -> CompactPlan:
     if cfg.references.stale_after:
         _age(out, work, project, cfg.references.stale_after)
     # Bounded topics: past references.max_topics rows, group them under area references.
-    limit = getattr(cfg.references, "max_topics", None)
+    limit = cfg.references.max_topics
     if limit and len(work.live) > limit:
         _nest(out, work, limit)
     _oversized(out, work, cfg.references.max_tokens)
@@ -170,7 +170,7 @@ def _merge(out: CompactPlan, work: _Work) -> None:
     work.gone |= dropped
 
 
-def _age(out: CompactPlan, work: _Work, project: Any, window: int) -> None:
+def _age(out: CompactPlan, work: _Work, project: Project, window: int) -> None:
     """References unused in the last `window` stories of the ledger move to the archive
     folder, their rows to the `## Archived` table."""
     records = _read_ledger(project)
@@ -219,7 +219,7 @@ def _oversized(out: CompactPlan, work: _Work, cap: int) -> None:
             out.oversized.append((r, tokens.count(t)))
 
 
-def _rotate(out: CompactPlan, work: _Work, project: Any, keep: int) -> None:
+def _rotate(out: CompactPlan, work: _Work, project: Project, keep: int) -> None:
     """The log's entries before the last `keep` move to the archive file."""
     work.progress, moved = work.progress.rotated(keep)
     if not moved:
@@ -288,7 +288,7 @@ def _nest(out: CompactPlan, work: _Work, limit: int) -> None:
     work.progress = work.progress.with_rows_replaced(replace)
 
 
-def apply(project: Any, p: CompactPlan) -> None:
+def apply(project: Project, p: CompactPlan) -> None:
     txn = Transaction(project.ralph_dir)
     for path, text in p.writes.items():
         if text is None:
@@ -349,7 +349,7 @@ Do not edit any other file. When done, reply with one line saying what you remov
 """
 
 
-def condense_with_agent(project: Any, row: audit.Row, agent_name: str, *, apply: bool) -> int:
+def condense_with_agent(project: Project, row: audit.Row, agent_name: str, *, apply: bool) -> int:
     """Ask an agent to condense one oversized reference, then verify it shrank and kept its
     topic; the original is archived first and restored when the result is refused."""
     mem = audit.MemoryFiles.load(project)
