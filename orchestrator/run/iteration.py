@@ -19,6 +19,7 @@ from orchestrator import fsutil, git, redact
 from orchestrator.agents import limits, runner
 from orchestrator.agents.base import AgentResult
 from orchestrator.errors import InputError
+from orchestrator.memory import usage
 from orchestrator.run import checks
 
 if TYPE_CHECKING:
@@ -309,7 +310,21 @@ class Iteration:
             "updated_references": list(self.report.updated_references),
             "transcript": self.project.rel(attempt.transcript),
         }
+        rec.update(self.reference_use(attempt))
         return rec
+
+    def reference_use(self, attempt: Attempt) -> dict[str, Any]:
+        """Which references the agent opened, missed and left untouched (memory.usage):
+        optional record keys, absent when the agent's stream does not show its reads."""
+        assert self.report is not None, "reference_use() needs verify() first"
+        return usage.ledger_fields(
+            self.loop.agent.file_reads(attempt.outcome.output),
+            inlined=self.assembled.selected,
+            updated=self.report.updated_references,
+            root=Path(self.project.root),
+            refs_dir=self.project.references.rel_dir,
+            progress_path=self.project.rel(Path(self.project.progress_path)),
+        )
 
 
 def build_prompt(loop: Loop, story: Story, memory: Memory) -> Assembled:
