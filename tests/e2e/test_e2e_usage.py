@@ -1,17 +1,28 @@
-"""Learning from use, end to end: the real Claude Code CLI (scripted API on loopback) opens a
-reference the prompt did not inline. `ralph run 1` records the miss in the ledger (read from
-the CLI's own stream-json), `ralph status` and `ralph report` show it, and the next story's
-prompt, built from that ledger, inlines the missed reference where it is relevant."""
+"""Learning from use, end to end: the real Claude Code (and Codex) CLI, scripted API on
+loopback, opens a reference the prompt did not inline. `ralph run 1` records the miss in the
+ledger (read from the CLI's own stream), `ralph status` and `ralph report` show it, and the
+next story's prompt, built from that ledger, inlines the missed reference where relevant."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import story_project as sp
-from e2e_support import claude_env, git, iterations, ralph_argv, read_ledger, run_pty
+from e2e_support import (
+    claude_env,
+    codex_env,
+    git,
+    iterations,
+    json_lines,
+    ralph_argv,
+    read_ledger,
+    run_pty,
+)
 from fake_anthropic import FakeAnthropic, ToolUse
+from fake_openai import FakeOpenAI, Shell
 
 SUBTRACTION = f"{sp.REFS_DIR}/subtraction.md"
 INTEGERS = f"{sp.REFS_DIR}/integer-inputs.md"
@@ -29,8 +40,8 @@ REFERENCES = {
 ROWS = f"| Subtraction | {SUBTRACTION} |\n| Integer inputs | {INTEGERS} |\n"
 
 
-def _project(repo: Path) -> Path:
-    sp.make_project(repo, "claude")
+def _project(repo: Path, tool: str = "claude", **extra: Any) -> Path:
+    sp.make_project(repo, tool, **extra)
     for rel, text in REFERENCES.items():
         (repo / rel).parent.mkdir(parents=True, exist_ok=True)
         (repo / rel).write_text(text)
@@ -102,3 +113,35 @@ def test_a_reference_opened_though_not_inlined_is_a_recorded_miss(tmp_path, cli_
     code, prompt = run_pty(ralph_argv("prompt", "--story", "US-002"), cwd=repo, env=env)
     assert "a subtraction result may be negative" in prompt
     assert "never coerce inputs to float" not in prompt
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(300)
+def test_codex_exec_commands_that_read_a_reference_are_a_miss_too(tmp_path, cli_home, codex_bin):
+    """The same with the real Codex CLI: its `command_execution` items name the shell
+    command it ran (`sed -n` of the reference: a partial read is still an opening)."""
+
+    def peek(turns: list) -> list:
+        return [turns[0], Shell(f"sed -n 1,20p {INTEGERS}"), *turns[1:]]
+
+    with FakeOpenAI(sp.codex_script(edit=peek), resolve_story=sp.codex_resolver) as api:
+        repo = _project(tmp_path / "calc", "codex", agents={"codex": {"args": api.provider_args()}})
+        env = codex_env(cli_home, codex_bin)
+        code, out = run_pty(ralph_argv("run", "1"), cwd=repo, env=env, timeout=240)
+    assert code == 1 and "max iterations" in out, out[-3000:]
+    [rec] = iterations(read_ledger(repo))
+    assert rec["outcome"] == "passed" and rec["agent"] == "codex"
+    transcript = (repo / rec["transcript"]).read_text()
+    commands = [
+        e["item"]["command"]
+        for e in json_lines(transcript)
+        if e.get("type") == "item.completed" and e["item"].get("type") == "command_execution"
+    ]
+    assert any(INTEGERS in c for c in commands), commands
+    print("\ncodex commands:", commands[:2])
+    assert rec["selected_references"] == [SUBTRACTION]
+    assert rec["missed_references"] == [INTEGERS]
+    assert rec["untouched_references"] == [SUBTRACTION]
+    assert rec["progress_reads"] == 0  # `head -20` of progress.txt: the index only
+    code, status = run_pty(ralph_argv("status"), cwd=repo, env=env, timeout=60)
+    assert code == 0 and "missed: 1 (Integer inputs)" in status, status
