@@ -7,10 +7,15 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from run_helpers import RALPH, env  # noqa: E402
 
 from orchestrator.agents.amp import AmpAgent
 from orchestrator.agents.base import get_agent
@@ -294,3 +299,45 @@ def test_compact_does_not_age_a_reference_opened_recently() -> None:
     used, n = compact.recent_usage(records, 3)
     assert n == 5 and "ralph/references/q.md" in used and "q" in used
     assert "ralph/references/q.md" not in compact.recent_usage(records[:4], 3)[0]
+
+
+def _compact_project(root: Path, opened_last: list[str]) -> Path:
+    topics = {"Auth flow": "auth.md", "Legacy payments": "payments.md", "DB": "db.md"}
+    rows = "".join(f"| {t} | ralph/references/{f} |\n" for t, f in topics.items())
+    root.mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=root, check=True)
+    (root / "prd.json").write_text('{"userStories": []}')
+    (root / "ralph.yaml").write_text("references:\n  stale_after: 3\n")
+    (root / "progress.txt").write_text(
+        "# Ralph Progress Log\nStarted: today\n---\n\n## Progress Index\n"
+        f"| Topic | Reference Path |\n|---|---|\n{rows}"
+    )
+    for topic, name in topics.items():
+        path = root / REFS / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"# {topic}\n\n- [US-001] something about {topic.lower()}\n")
+    records = [
+        _it("US-001", selected_references=[f"{REFS}/payments.md"]),
+        _it("US-002", selected_references=[f"{REFS}/auth.md"]),
+        _it("US-003", selected_references=[f"{REFS}/db.md"]),
+        _it("US-004", opened_last),  # the last story only opened what it missed
+    ]
+    ledger = root / "ralph/logs/ledger.jsonl"
+    ledger.parent.mkdir(parents=True)
+    ledger.write_text("".join(json.dumps({**r, "run_id": "r1"}) + "\n" for r in records))
+    return root
+
+
+def test_ralph_compact_keeps_a_reference_missed_recently(tmp_path: Path) -> None:
+    """`ralph compact` (dry run, a real subprocess): a reference no recent story selected
+    ages out, unless a recent agent opened it."""
+    outs = []
+    for name, opened in (("unused", []), ("missed", [f"{REFS}/payments.md"])):
+        root = _compact_project(tmp_path / name, opened)
+        res = subprocess.run(
+            [*RALPH, "compact"], cwd=root, env=env(), capture_output=True, text=True, timeout=60
+        )
+        assert res.returncode == 0, res.stdout + res.stderr
+        outs.append(res.stdout)
+    assert "archive (stale): Legacy payments" in outs[0]
+    assert "Legacy payments" not in outs[1]
