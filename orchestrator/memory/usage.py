@@ -14,7 +14,7 @@ Misses feed back: `prior_from_ledger` turns recent misses into a per-reference p
 the selector adds to a reference's relevant items, and `ralph compact` keeps a reference
 opened recently from ageing out.
 
-Pure apart from `Path.resolve` of the project root: no reads of the files themselves.
+Pure apart from `Path.resolve` of the project root and `prior_of`'s read of the ledger.
 """
 
 from __future__ import annotations
@@ -26,7 +26,12 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+import structlog
+
 from orchestrator import ledger
+from orchestrator.errors import FatalError
+
+log = structlog.get_logger()
 
 # Ledger keys (all optional on an iteration record).
 OPENED = "opened_references"
@@ -168,8 +173,15 @@ def prior_from_ledger(
 
 
 def prior_of(ledger_path: Path | str | None) -> dict[str, float]:
-    """`prior_from_ledger` of the project's ledger ({} when there is none yet)."""
-    return prior_from_ledger(ledger.read(Path(ledger_path))) if ledger_path else {}
+    """`prior_from_ledger` of the project's ledger ({} when there is none yet, or it cannot
+    be read: the prior only helps ranking, and a prompt must not fail for it)."""
+    if not ledger_path:
+        return {}
+    try:
+        return prior_from_ledger(ledger.read(Path(ledger_path)))
+    except (OSError, FatalError) as exc:
+        log.warning("prior_unavailable", ledger=str(ledger_path), error=str(exc))
+        return {}
 
 
 @dataclass

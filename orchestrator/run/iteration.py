@@ -317,14 +317,18 @@ class Iteration:
         """Which references the agent opened, missed and left untouched (memory.usage):
         optional record keys, absent when the agent's stream does not show its reads."""
         assert self.report is not None, "reference_use() needs verify() first"
-        return usage.ledger_fields(
-            self.loop.agent.file_reads(attempt.outcome.output),
-            inlined=self.assembled.selected,
-            updated=self.report.updated_references,
-            root=Path(self.project.root),
-            refs_dir=self.project.references.rel_dir,
-            progress_path=self.project.rel(Path(self.project.progress_path)),
-        )
+        try:
+            return usage.ledger_fields(
+                self.loop.agent.file_reads(attempt.outcome.output),
+                inlined=self.assembled.selected,
+                updated=self.report.updated_references,
+                root=Path(self.project.root),
+                refs_dir=self.project.references.rel_dir,
+                progress_path=self.project.rel(Path(self.project.progress_path)),
+            )
+        except (OSError, ValueError, RuntimeError) as exc:  # a statistic: never lose the record
+            log.warning("reference_use_unknown", error=str(exc))
+            return {}
 
 
 def build_prompt(loop: Loop, story: Story, memory: Memory) -> Assembled:
