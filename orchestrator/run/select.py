@@ -585,6 +585,9 @@ def select(
         st["why"].add(("hint: story" if t == 0 else "always") if t < 2 else "relevant")
         taken.append(c)
     considered = _considered(sources, sc.ref_scores.tolist(), stats, tier)
+    boosts = prior or {}  # shown by `ralph prompt --json`: why a weak match was taken
+    for row in (r for r in considered if r["path"] in boosts):
+        row["prior"] = boosts[row["path"]]
     picked = sorted(taken, key=lambda c: (c.ref, c.pos))
     return Selection(picked, considered, sum(per_ref.values()))
 

@@ -61,10 +61,11 @@ def _open_integers(story: sp.Story, turns: list) -> list:
     return [turns[0], read, *turns[1:]]
 
 
-def _selected(repo: Path, env: dict[str, str], story: str) -> list[str]:
+def _accounting(repo: Path, env: dict[str, str], story: str) -> dict[str, Any]:
     code, out = run_pty(ralph_argv("prompt", "--story", story, "--json"), cwd=repo, env=env)
     assert code == 0, out
-    return list(json.loads(out[out.index("{") :])["selected"])
+    data: dict[str, Any] = json.loads(out[out.index("{") :])
+    return data
 
 
 @pytest.mark.e2e
@@ -74,7 +75,7 @@ def test_a_reference_opened_though_not_inlined_is_a_recorded_miss(tmp_path, cli_
     script = sp.claude_script(repo, edit=_open_integers)
     with FakeAnthropic(script, resolve_story=sp.claude_resolver) as api:
         env = claude_env(cli_home, api.base_url, claude_bin)
-        before = _selected(repo, env, "US-002")
+        before = _accounting(repo, env, "US-002")["selected"]
         code, out = run_pty(ralph_argv("run", "--tool", "claude", "1"), cwd=repo, env=env)
         # The miss came from the real CLI: it sent the file's text back as the tool result.
         reqs = api.main_requests("US-001")
@@ -108,8 +109,10 @@ def test_a_reference_opened_though_not_inlined_is_a_recorded_miss(tmp_path, cli_
     # The prior: the next story's prompt, from the same ledger, now inlines the reference's
     # relevant item (the one about subtraction), not its unrelated one.
     assert INTEGERS not in before
-    after = _selected(repo, env, "US-002")
-    assert INTEGERS in after and SUBTRACTION in after
+    after = _accounting(repo, env, "US-002")
+    assert INTEGERS in after["selected"] and SUBTRACTION in after["selected"]
+    row = next(r for r in after["considered"] if r["path"] == INTEGERS)
+    assert row["prior"] == 1.0 and row["taken_items"] == 1  # missed by the story just before
     code, prompt = run_pty(ralph_argv("prompt", "--story", "US-002"), cwd=repo, env=env)
     assert "a subtraction result may be negative" in prompt
     assert "never coerce inputs to float" not in prompt
