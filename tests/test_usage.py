@@ -133,6 +133,38 @@ def test_amp_streams_claude_shapes_with_its_own_bash_input() -> None:
     assert AmpAgent().file_reads(line) == [FileRead("./x/../a.md", True)]
 
 
+def test_gemini_and_opencode_tool_events() -> None:
+    gemini = [
+        {"type": "init", "session_id": "s1", "model": "gemini-2.5-pro"},
+        {
+            "type": "tool_use",
+            "tool_name": "read_file",
+            "tool_id": "t1",
+            "parameters": {"absolute_path": "/p/ralph/references/a.md"},
+        },
+        {
+            "type": "tool_use",
+            "tool_name": "run_shell_command",
+            "tool_id": "t2",
+            "parameters": {"command": "head -n 5 progress.txt"},
+        },
+    ]
+    text = "\n".join(json.dumps(e) for e in gemini)
+    assert get_agent("gemini", check=False).file_reads(text) == [
+        FileRead("/p/ralph/references/a.md", True),
+        FileRead("progress.txt", False),
+    ]
+    # `--output-format json` (one object, no events): nothing is known.
+    assert get_agent("gemini", check=False).file_reads('{"response": "hi"}') is None
+    part = {"tool": "read", "state": {"status": "completed", "input": {"filePath": "r/a.md"}}}
+    bash = {"tool": "bash", "state": {"input": {"command": "cat r/b.md"}}}
+    opencode = "\n".join(json.dumps({"type": "tool_use", "part": p}) for p in (part, bash))
+    assert get_agent("opencode", check=False).file_reads(opencode) == [
+        FileRead("r/a.md", True),
+        FileRead("r/b.md", True),
+    ]
+
+
 def test_agents_whose_output_shows_no_tool_calls_know_nothing() -> None:
     agent = get_agent("command", {"command": ["aider", "--yes-always"]}, check=False)
     assert agent.file_reads("cat ralph/references/a.md\n") is None
