@@ -247,6 +247,14 @@ def test_prior_decays_with_the_stories_since_the_miss() -> None:
     assert usage.prior_of(None) == {}
 
 
+def test_prior_of_a_ledger_names_references_as_the_index_does(tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger.jsonl"
+    ledger.write_text(json.dumps(_it("US-001", [f"{REFS}/a.md"])) + "\n{torn\n")
+    prior = usage.prior_of(ledger, ["a.md", f"./{REFS}/a.md", f"{REFS}/b.md"], REFS)
+    assert prior == {f"{REFS}/a.md": 1.0, "a.md": 1.0, f"./{REFS}/a.md": 1.0}
+    assert usage.prior_of(tmp_path / "none.jsonl") == {}
+
+
 AUTH = sel.Source(
     "Auth flow",
     "ralph/references/auth-flow.md",

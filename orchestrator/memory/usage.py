@@ -172,16 +172,25 @@ def prior_from_ledger(
     return {p: round(min(1.0, w), 6) for p, w in prior.items()}
 
 
-def prior_of(ledger_path: Path | str | None) -> dict[str, float]:
-    """`prior_from_ledger` of the project's ledger ({} when there is none yet, or it cannot
-    be read: the prior only helps ranking, and a prompt must not fail for it)."""
+def prior_of(
+    ledger_path: Path | str | None, paths: Iterable[str] = (), refs_dir: str = ""
+) -> dict[str, float]:
+    """`prior_from_ledger` of the project's ledger, keyed by the ledger's paths and also by
+    each of `paths` as the index writes it (a bare file name, `./ralph/...`), which is how
+    the selector names references. {} when there is no ledger yet, or it cannot be read:
+    the prior only helps ranking, and a prompt must not fail for it."""
     if not ledger_path:
         return {}
     try:
-        return prior_from_ledger(ledger.read(Path(ledger_path)))
+        prior = prior_from_ledger(ledger.read(Path(ledger_path)))
     except (OSError, FatalError) as exc:
         log.warning("prior_unavailable", ledger=str(ledger_path), error=str(exc))
         return {}
+    for path in paths if prior else ():
+        key = index_path(path, refs_dir) if refs_dir else path
+        if key in prior:
+            prior[path] = prior[key]
+    return prior
 
 
 @dataclass

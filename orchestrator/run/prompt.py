@@ -563,7 +563,11 @@ def inputs_for(
             "branch": branch,
         },
         stories=stories,
-        prior=usage.prior_of(getattr(project, "ledger_path", None)),
+        prior=usage.prior_of(
+            getattr(project, "ledger_path", None),
+            [r.path for r in memory.references],
+            str(getattr(store, "rel_dir", "") or ""),
+        ),
     )
 
 
