@@ -21,6 +21,14 @@ _NUMBER = re.compile(r"^[0-9]+$")
 
 
 def _add_flags(p: argparse.ArgumentParser) -> None:
+    """The flags of `ralph run`, in the order `--help` lists them."""
+    _add_agent_flags(p)
+    _add_budget_flags(p)
+    _add_timing_flags(p)
+    _add_behaviour_flags(p)
+
+
+def _add_agent_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--tool",
         metavar="NAME",
@@ -33,6 +41,9 @@ def _add_flags(p: argparse.ArgumentParser) -> None:
         help="memory: indexed references, Ralph's full progress.txt, or auto "
         "(indexed when progress.txt has a Progress Index)",
     )
+
+
+def _add_budget_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--budget-tokens",
         type=int,
@@ -54,6 +65,9 @@ def _add_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--checks", choices=("warn", "retry", "fail"), help="what a failed post-story check does"
     )
+
+
+def _add_timing_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--timeout",
         type=int,
@@ -80,6 +94,9 @@ def _add_flags(p: argparse.ArgumentParser) -> None:
         help="retries of a failed agent call within one iteration (retries.transient, "
         "default 3); every retry is an agent call and counts against MAX_ITERATIONS",
     )
+
+
+def _add_behaviour_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--stuck-after",
         type=int,
