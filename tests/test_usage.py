@@ -255,6 +255,17 @@ def test_prior_of_a_ledger_names_references_as_the_index_does(tmp_path: Path) ->
     assert usage.prior_of(tmp_path / "none.jsonl") == {}
 
 
+def test_the_prior_reads_only_the_ledger_tail_it_needs(tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger.jsonl"
+    records = [_it(f"US-{n:03}", [f"{REFS}/r{n}.md"]) for n in range(1, 21)]
+    records.insert(18, {"event": "limit_wait", "run_id": "r"})
+    ledger.write_text("".join(json.dumps(r) + "\n" for r in records) + '{"event": "iter')
+    tail = usage.recent_iterations(ledger, 3)
+    assert [r["story_id"] for r in tail] == ["US-018", "US-019", "US-020"]
+    # The same prior as from the whole ledger.
+    assert usage.prior_of(ledger) == usage.prior_from_ledger(records)
+
+
 AUTH = sel.Source(
     "Auth flow",
     "ralph/references/auth-flow.md",

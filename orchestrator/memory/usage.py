@@ -19,6 +19,7 @@ Pure apart from `Path.resolve` of the project root and `prior_of`'s read of the 
 
 from __future__ import annotations
 
+import json
 import os
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -28,7 +29,7 @@ from typing import Any
 
 import structlog
 
-from orchestrator import ledger
+from orchestrator import fsutil
 from orchestrator.errors import FatalError
 
 log = structlog.get_logger()
@@ -182,7 +183,7 @@ def prior_of(
     if not ledger_path:
         return {}
     try:
-        prior = prior_from_ledger(ledger.read(Path(ledger_path)))
+        prior = prior_from_ledger(recent_iterations(Path(ledger_path), PRIOR_HORIZON))
     except (OSError, FatalError) as exc:
         log.warning("prior_unavailable", ledger=str(ledger_path), error=str(exc))
         return {}
@@ -191,6 +192,32 @@ def prior_of(
         if key in prior:
             prior[path] = prior[key]
     return prior
+
+
+def recent_iterations(path: Path, stories: int) -> list[dict[str, Any]]:
+    """The iteration records of the last `stories` distinct stories, in file order, read
+    from the end of the ledger: a prompt is built every iteration, and parsing a long
+    ledger whole for the last few stories would cost more than the ranking. Damaged lines
+    are skipped, as `ledger.read` does."""
+    if not fsutil.present(path):
+        return []
+    out: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for line in reversed(fsutil.read_bytes(path).splitlines()):
+        if b'"iteration"' not in line[:48]:  # `event` is a record's first key
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(rec, dict) or rec.get("event") != "iteration":
+            continue
+        sid = str(rec.get("story_id") or "")
+        if sid not in seen and len(seen) == stories:
+            break
+        seen.add(sid)
+        out.append(rec)
+    return out[::-1]
 
 
 @dataclass
