@@ -100,6 +100,11 @@ class IterationRecord:
     checks: dict[str, Any]  # checks.CheckReport.to_dict()
     updated_references: list[str]
     transcript: str
+    # Which references the agent opened (memory.usage); absent when its stream hides reads.
+    opened_references: list[str] | None = optional()
+    missed_references: list[str] | None = optional()  # opened though not inlined
+    untouched_references: list[str] | None = optional()  # inlined, never opened or updated
+    progress_reads: int | None = optional()  # whole reads of progress.txt despite the rule
 
     def __post_init__(self) -> None:
         if self.outcome not in OUTCOMES:

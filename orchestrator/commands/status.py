@@ -147,8 +147,24 @@ def _render_last_run(
         markup=False,
         soft_wrap=True,
     )
+    use = last.get("references_use") or {}
+    if use.get("known"):
+        console.print(use_line(use), markup=False, soft_wrap=True)
     if last.get("skipped_lines"):
         console.print(
             f"ledger: {last['skipped_lines']} damaged line(s) skipped (torn records)",
             markup=False,
         )
+
+
+def use_line(use: dict[str, Any]) -> str:
+    """What the agents opened in the last run: misses (references opened though not
+    inlined) by topic, untouched inlined references, whole reads of progress.txt."""
+    topics = use.get("missed_topics") or []
+    shown = ", ".join(topics[:4]) + (", …" if len(topics) > 4 else "")
+    line = f"references used: opened {use['opened']} · missed: {use['missed']}"
+    line += f" ({shown})" if shown else ""
+    line += f" · untouched {use['untouched']}"
+    if use.get("progress_reads"):
+        line += f" · progress.txt read in full {use['progress_reads']}x"
+    return line + f" (from {use['known']} agent stream(s))"

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import structlog
 
@@ -25,6 +26,7 @@ from orchestrator.agents import limits, runner
 from orchestrator.agents.base import Agent, AgentResult
 from orchestrator.errors import InputError
 from orchestrator.ledger import IterationRecord
+from orchestrator.memory import usage
 from orchestrator.memory.prd import Prd, Story
 from orchestrator.memory.store import Memory
 from orchestrator.project import Project
@@ -327,4 +329,22 @@ class Iteration:
             checks=self.report.to_dict(),
             updated_references=list(self.report.updated_references),
             transcript=self.project.rel(attempt.transcript),
+            **self.reference_use(attempt),
         )
+
+    def reference_use(self, attempt: Attempt) -> dict[str, Any]:
+        """Which references the agent opened, missed and left untouched (memory.usage):
+        optional record keys, absent when the agent's stream does not show its reads."""
+        assert self.report is not None, "reference_use() needs verify() first"
+        try:
+            return usage.ledger_fields(
+                self.ctx.agent.file_reads(attempt.outcome.output),
+                inlined=self.assembled.selected,
+                updated=self.report.updated_references,
+                root=Path(self.project.root),
+                refs_dir=self.project.references.rel_dir,
+                progress_path=self.project.rel(Path(self.project.progress_path)),
+            )
+        except (OSError, ValueError, RuntimeError) as exc:  # a statistic: never lose the record
+            log.warning("reference_use_unknown", error=str(exc))
+            return {}

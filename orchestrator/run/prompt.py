@@ -34,6 +34,7 @@ import structlog
 from orchestrator import fsutil, ledger
 from orchestrator import tokens as tok
 from orchestrator.errors import EXIT_BUDGET, ConfigError, FatalError, InputError
+from orchestrator.memory import usage
 from orchestrator.memory.prd import Prd
 from orchestrator.memory.store import Memory
 from orchestrator.project import Project
@@ -106,6 +107,7 @@ class Inputs:
     cutoff: float | None = None  # None: select.DEFAULT_CUTOFF
     blend: float | None = None  # None: select.DEFAULT_BLEND
     stories: dict[str, str] = field(default_factory=dict)  # prd.json id -> text, for ranking
+    prior: dict[str, float] = field(default_factory=dict)  # memory.usage: path -> boost
 
 
 # (prompt tokens, tokens per part, what Ralph would have loaded)
@@ -378,6 +380,7 @@ def build_indexed(inp: Inputs, *, with_counterfactual: bool = True) -> Assembled
             stories=_other_stories(inp),
             history=inp.progress_text,
             encoding=enc,
+            prior=inp.prior,
         )
         refs = sel.render(selection, sources)
         vals = {**base_vals, "references": refs}
@@ -555,6 +558,11 @@ def inputs_for(
             "branch": branch,
         },
         stories=stories,
+        prior=usage.prior_of(
+            project.ledger_path,
+            [r.path for r in memory.references],
+            project.references.rel_dir,
+        ),
     )
 
 

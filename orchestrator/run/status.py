@@ -13,7 +13,7 @@ from typing import Any
 
 from orchestrator import fsutil, ledger, tokens
 from orchestrator.errors import PathEscapeError
-from orchestrator.memory import areas
+from orchestrator.memory import areas, usage
 from orchestrator.memory.store import FastStore
 from orchestrator.project import Project
 from orchestrator.upkeep import audit
@@ -53,7 +53,7 @@ def collect(project: Project) -> dict[str, Any]:
         if (w := audit.index_warning(text, project.config.budget.prompt_tokens))
         else [],
         "references": refs,
-        "last_run": last_run(Path(project.ledger_path)),
+        "last_run": last_run(Path(project.ledger_path), refs, project.references.rel_dir),
         "live": live_run(project),
     }
 
@@ -100,11 +100,16 @@ def references(project: Project, prog: Any, encoding: str) -> list[dict[str, Any
     return out
 
 
-def last_run(ledger_path: Path) -> dict[str, Any] | None:
+def last_run(
+    ledger_path: Path, refs: list[dict[str, Any]] | None = None, refs_dir: str = ""
+) -> dict[str, Any] | None:
     records = ledger.read(ledger_path)
     run_id = ledger.last_run_id(records)
     if not run_id:
         return None
+    use = usage.summarize(ledger.iterations(records, run_id)).as_dict()
+    topics = {usage.index_path(r["path"], refs_dir): r["topic"] for r in refs or [] if r["topic"]}
+    use["missed_topics"] = [topics.get(p) or Path(p).stem for p in use["missed_paths"]]
     end = [r for r in records if r.get("run_id") == run_id and r.get("event") == "run_end"]
     d = ledger.run_totals(records, run_id).as_dict()
     d.update(
@@ -112,6 +117,7 @@ def last_run(ledger_path: Path) -> dict[str, Any] | None:
         status=end[-1].get("status") if end else None,
         exit_code=end[-1].get("exit_code") if end else None,
         skipped_lines=len(records.skipped),
+        references_use=use,
     )
     return d
 

@@ -23,7 +23,7 @@ import structlog
 from orchestrator import fsutil, ledger, tokens
 from orchestrator.agents import runner
 from orchestrator.agents.base import get_agent
-from orchestrator.memory import areas, refloss
+from orchestrator.memory import areas, refloss, usage
 from orchestrator.memory.journal import Transaction
 from orchestrator.memory.progress import Progress
 from orchestrator.project import Project, ensure_logs_dir
@@ -64,8 +64,8 @@ def _ref_keys(value: str) -> set[str]:
 
 
 def recent_usage(records: list[dict[str, Any]], window: int) -> tuple[set[str], int]:
-    """Keys of references selected or updated in the last `window` distinct stories, and how
-    many distinct stories the ledger knows (fewer than the window: too early to age)."""
+    """Keys of references selected, opened or updated in the last `window` distinct stories,
+    and how many distinct stories the ledger knows (fewer than the window: too early to age)."""
     its = [r for r in records if r.get("event") == "iteration" and r.get("story_id")]
     order: list[str] = []
     for r in reversed(its):
@@ -76,6 +76,8 @@ def recent_usage(records: list[dict[str, Any]], window: int) -> tuple[set[str], 
     for r in its:
         if r["story_id"] in recent:
             for ref in (r.get("selected_references") or []) + (r.get("updated_references") or []):
+                used |= _ref_keys(str(ref))
+            for ref in r.get(usage.OPENED) or []:  # opened (missed or not): still in use
                 used |= _ref_keys(str(ref))
     return used, len(order)
 
