@@ -8,12 +8,13 @@ flags for what ralph.sh cannot do. Every flag beats ralph.yaml, which beats the 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 from pathlib import Path
 from typing import Any
 
-from orchestrator import log, project
+from orchestrator import log, project, stopsignals
 from orchestrator.commands.common import add_common
 from orchestrator.run import loop
 
@@ -183,8 +184,14 @@ def overrides(args: argparse.Namespace, max_iterations: int | None) -> dict[str,
     }
 
 
+AB_PARENT_ENV = "RALPH_AB_PARENT"  # set by `ralph ab` for its arms
+
+
 def run(args: argparse.Namespace) -> int:
     log.configure(None, verbose=args.verbose)  # config warnings as readable stderr lines
+    parent = os.environ.get(AB_PARENT_ENV, "")
+    if parent.isdigit():  # an arm of `ralph ab`: it ends when ab ends, even by SIGKILL
+        stopsignals.stop_with_parent(int(parent))
     max_iter, ignored = _merge_rest(args)
     for w in ignored:
         print(f"ralph: warning: ignored argument {w!r} (ralph.sh ignores it too)", file=sys.stderr)
