@@ -12,7 +12,7 @@ from conftest import corpus_cases
 
 from orchestrator import cli, fsutil, tokens
 from orchestrator.errors import InputError
-from orchestrator.memory import areas
+from orchestrator.memory import areas, entries
 from orchestrator.memory.prd import Prd
 from orchestrator.memory.progress import Progress
 from orchestrator.upkeep import audit, migrate
@@ -39,7 +39,7 @@ def _keys(refs: dict[str, str]) -> set[str]:
 
 def _norm(line: str) -> str:
     """Content of a line; rules (---) separate entries and carry nothing to keep."""
-    key = migrate._bullet_key(line)
+    key = entries.bullet_key(line)
     return "" if set(key) <= set("-*_ ") else key
 
 
