@@ -96,13 +96,44 @@ class Item:
     files: list[str]
     order: int
     tokens: int = 0
+    named: bool = True  # the text names its files; else they come from the entry
 
-    def render(self) -> str:
+    @property
+    def says_files(self) -> bool:
+        return not self.named and bool(self.files)
+
+    def render(self, files: bool = True) -> str:
+        """The learning as a tagged bullet; `files=False` leaves out the files suffix (the
+        bullet before it, from the same entry, already says them)."""
         first = self.lines[0]
         indent = len(first) - len(first.lstrip())
         head = BULLET.sub("", first, count=1).strip()
+        if files and self.says_files and not head.startswith(("```", "~~~", "#")):
+            head += files_suffix(self.files)
         rest = [("  " + ln[indent:] if ln[:indent].strip() == "" else ln) for ln in self.lines[1:]]
         return "\n".join([f"- [{self.source}] {head}", *rest]).rstrip()
+
+
+# Where a learning applies, on its bullet line: `- [US-003] text (files: a.ts, b/c.ts)`.
+# Written when the learning's own text names no path (they came from the entry's "Files
+# changed"), and once per run of bullets from one entry: a bullet with neither paths nor a
+# suffix applies where the bullet above it with the same tag does. A learning that names
+# paths already says where it applies.
+FILES_SUFFIX = re.compile(r"\s\(files: ([^()]*)\)\s*$")
+SUFFIX_FILES = 3  # paths shown: the first of the entry's, cheap in tokens
+
+
+def files_suffix(files: list[str]) -> str:
+    return f" (files: {', '.join(files[:SUFFIX_FILES])})"
+
+
+def learning_files(line: str) -> list[str]:
+    """The files a learning's bullet line applies to: its `(files: ...)` suffix, else the
+    paths its text names."""
+    m = FILES_SUFFIX.search(line)
+    if m:
+        return [f.strip() for f in m.group(1).split(",") if f.strip()]
+    return paths_in(line)
 
 
 @dataclass
@@ -378,7 +409,7 @@ def items_of(block: Block, lines: list[str], source: str, order: int, cap: int) 
     for group in group_items(lines):
         for part in split_big(group, cap // 3):
             own = paths_in("\n".join(part))
-            it = Item(part, source, own or fallback, order + len(items))
+            it = Item(part, source, own or fallback, order + len(items), named=bool(own))
             it.tokens = tokens.count(it.render()) + 1
             items.append(it)
     return items
@@ -396,10 +427,12 @@ def bullet_key(line: str) -> str:
 
 def line_keys(text: str) -> set[str]:
     """Every form under which an original line can be found in rendered text: the line
-    stripped, without its bullet marker, and without the provenance tag we add."""
+    stripped, without its bullet marker, and without the provenance tag and the files
+    suffix we add."""
     keys: set[str] = set()
     for ln in text_lines(text):
         k = bullet_key(ln)
-        keys.add(k)
-        keys.add(re.sub(r"^\[[^\]]*\]\s*", "", k, count=1))
+        for key in (k, FILES_SUFFIX.sub("", k)):
+            keys.add(key)
+            keys.add(re.sub(r"^\[[^\]]*\]\s*", "", key, count=1))
     return keys

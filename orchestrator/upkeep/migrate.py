@@ -91,7 +91,10 @@ def _render_reference(topic: Topic) -> str:
         out.append("Files: " + ", ".join(top))
     if len(out) > 2:
         out.append("")
-    out.extend(it.render() for it in topic.items)
+    said: tuple[str, list[str]] | None = None  # the files suffix of the run above
+    for it in topic.items:
+        out.append(it.render(files=said != (it.source, it.files)))
+        said = (it.source, it.files) if it.says_files else None
     return "\n".join(out).rstrip() + "\n"
 
 
