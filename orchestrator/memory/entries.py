@@ -100,7 +100,7 @@ class Item:
 
     @property
     def says_files(self) -> bool:
-        return not self.named and bool(self.files)
+        return not self.named and bool(suffix_files(self.files))
 
     def render(self, files: bool = True) -> str:
         """The learning as a tagged bullet; `files=False` leaves out the files suffix (the
@@ -123,8 +123,13 @@ FILES_SUFFIX = re.compile(r"\s\(files: ([^()]*)\)\s*$")
 SUFFIX_FILES = 3  # paths shown: the first of the entry's, cheap in tokens
 
 
+def suffix_files(files: list[str]) -> list[str]:
+    """The paths a suffix can show: none that would end it early or split it."""
+    return [f for f in files if f and not set(f) & set("(),")][:SUFFIX_FILES]
+
+
 def files_suffix(files: list[str]) -> str:
-    return f" (files: {', '.join(files[:SUFFIX_FILES])})"
+    return f" (files: {', '.join(suffix_files(files))})"
 
 
 def learning_files(line: str) -> list[str]:

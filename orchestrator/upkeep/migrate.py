@@ -262,6 +262,9 @@ def build_plan(
             lines, _explicit = learning_lines(b.body)
             items.extend(items_of(b, lines, source(b, n), len(items), max_tokens))
     resolve_bare_names(items)
+    for it in items:  # a resolved name is longer: the files suffix counts as written
+        if it.says_files:
+            it.tokens = tokens.count(it.render()) + 1
     topics = make_topics(items, kept, rel_dir, max_tokens, max_topics)
     refs = {t.path: _render_topic(t, kept) for t in topics}
     summaries = _summaries(blocks, titles)
