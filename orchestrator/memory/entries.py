@@ -25,7 +25,7 @@ _BRACKET_ENTRY = re.compile(r"(?i)^\[[^\]]{6,40}\]\s*(task|story|feature|iterati
 DATE = re.compile(r"\b(\d{4}-\d{2}-\d{2})\b")
 
 
-_ID = re.compile(
+ID = re.compile(
     r"(?<![\w.-])([A-Za-z][A-Za-z0-9]{0,9}-\d+[a-z0-9]*(?:\.\d+)*|[A-Z]{1,5}\d{2,}(?:\.\d+)*)"
     r"(?![\w-])"
 )
@@ -96,11 +96,15 @@ class Item:
     files: list[str]
     order: int
     tokens: int = 0
-    named: bool = True  # the text names its files; else they come from the entry
+    # Where it applies when its text names no path: the entry's "Files changed" (shown
+    # as a files suffix).
+    applies: list[str] = field(default_factory=list)
+    base: int = 0  # tokens without the files suffix
+    suffix: int = 0  # tokens of the files suffix
 
     @property
     def says_files(self) -> bool:
-        return not self.named and bool(suffix_files(self.files))
+        return bool(suffix_files(self.applies))
 
     def render(self, files: bool = True) -> str:
         """The learning as a tagged bullet; `files=False` leaves out the files suffix (the
@@ -109,7 +113,7 @@ class Item:
         indent = len(first) - len(first.lstrip())
         head = BULLET.sub("", first, count=1).strip()
         if files and self.says_files and not head.startswith(("```", "~~~", "#")):
-            head += files_suffix(self.files)
+            head += files_suffix(self.applies)
         rest = [("  " + ln[indent:] if ln[:indent].strip() == "" else ln) for ln in self.lines[1:]]
         return "\n".join([f"- [{self.source}] {head}", *rest]).rstrip()
 
@@ -120,7 +124,7 @@ class Item:
 # suffix applies where the bullet above it with the same tag does. A learning that names
 # paths already says where it applies.
 FILES_SUFFIX = re.compile(r"\s\(files: ([^()]*)\)\s*$")
-SUFFIX_FILES = 3  # paths shown: the first of the entry's, cheap in tokens
+SUFFIX_FILES = 2  # paths shown: the first of the entry's "Files changed", cheap in tokens
 
 
 def suffix_files(files: list[str]) -> list[str]:
@@ -149,6 +153,7 @@ class Block:
     story_ids: list[str] = field(default_factory=list)
     date: str | None = None
     files: list[str] = field(default_factory=list)
+    changed: list[str] = field(default_factory=list)  # its "Files changed" list
 
 
 def text_lines(text: str) -> list[str]:
@@ -192,7 +197,7 @@ def _looks_like_header(lines: list[str], starts: list[int]) -> bool:
     return (
         len(para) <= 3
         and not any(BULLET.match(ln) for ln in para)
-        and not _ID.search(" ".join(para))
+        and not ID.search(" ".join(para))
         and not _BRACKET_ENTRY.match(para[0])
     )
 
@@ -227,7 +232,7 @@ def story_ids(heading: str, body: list[str], known: dict[str, int]) -> list[str]
     head_wo_date = re.sub(r"(?i)^(story|task|feature)\s*[:#]\s*", "", head_wo_date)
     m = _LEAD_ID.match(head_wo_date)
     lead = [m.group(1)] if m and len(m.group(1)) <= 32 else []
-    ids = [i for i in _ID.findall(head) if not any(i in x for x in lead)]
+    ids = [i for i in ID.findall(head) if not any(i in x for x in lead)]
     if lead or ids:
         return list(dict.fromkeys(lead + ids))
     for ln in probe[1:]:
@@ -290,8 +295,9 @@ def classify(heading: str, body: list[str], known: dict[str, int], seen_story: b
         or any(_LEARN_MARK.match(ln) for ln in body)
     )
     kind = "story" if is_entry else ("note" if not seen_story else "story")
-    files = list(dict.fromkeys(files_changed(body) + paths_in(text)))
-    return Block(heading, body, kind, ids, m.group(1) if m else None, files)
+    changed = files_changed(body)
+    files = list(dict.fromkeys(changed + paths_in(text)))
+    return Block(heading, body, kind, ids, m.group(1) if m else None, files, changed)
 
 
 def explode(block: Block) -> list[Block]:
@@ -414,10 +420,34 @@ def items_of(block: Block, lines: list[str], source: str, order: int, cap: int) 
     for group in group_items(lines):
         for part in split_big(group, cap // 3):
             own = paths_in("\n".join(part))
-            it = Item(part, source, own or fallback, order + len(items), named=bool(own))
-            it.tokens = tokens.count(it.render()) + 1
-            items.append(it)
+            where = [] if own else block.changed
+            items.append(Item(part, source, own or fallback, order + len(items), applies=where))
+    count_tokens(items)
     return items
+
+
+def count_tokens(items: list[Item]) -> None:
+    """Each item's size as a reference renders it: its bullet (`base`), plus its files
+    suffix (`suffix`) when it starts a run of one entry's bullets. A topic that takes a
+    run apart pays the suffix again: `rendered_tokens` is exact."""
+    said: tuple[str, list[str]] | None = None
+    for it in items:
+        it.suffix = tokens.count(files_suffix(it.applies)) if it.says_files else 0
+        it.base = tokens.count(it.render(files=False)) + 1
+        starts = it.says_files and said != (it.source, it.applies)
+        it.tokens = it.base + (it.suffix if starts else 0)
+        said = (it.source, it.applies) if it.says_files else None
+
+
+def rendered_tokens(items: list[Item]) -> int:
+    """What `items` cost side by side in one reference: each run's suffix once."""
+    total = 0
+    said: tuple[str, list[str]] | None = None
+    for it in items:
+        starts = it.says_files and said != (it.source, it.applies)
+        total += (it.base or it.tokens) + (it.suffix if starts else 0)
+        said = (it.source, it.applies) if it.says_files else None
+    return total
 
 
 def source(block: Block, n: int) -> str:

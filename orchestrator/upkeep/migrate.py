@@ -32,6 +32,7 @@ from orchestrator.memory.entries import (
     Item,
     bullet_key,
     classify,
+    count_tokens,
     explode,
     group_items,
     items_of,
@@ -93,8 +94,8 @@ def _render_reference(topic: Topic) -> str:
         out.append("")
     said: tuple[str, list[str]] | None = None  # the files suffix of the run above
     for it in topic.items:
-        out.append(it.render(files=said != (it.source, it.files)))
-        said = (it.source, it.files) if it.says_files else None
+        out.append(it.render(files=said != (it.source, it.applies)))
+        said = (it.source, it.applies) if it.says_files else None
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -262,9 +263,7 @@ def build_plan(
             lines, _explicit = learning_lines(b.body)
             items.extend(items_of(b, lines, source(b, n), len(items), max_tokens))
     resolve_bare_names(items)
-    for it in items:  # a resolved name is longer: the files suffix counts as written
-        if it.says_files:
-            it.tokens = tokens.count(it.render()) + 1
+    count_tokens(items)  # a resolved name is longer: the files suffix counts as written
     topics = make_topics(items, kept, rel_dir, max_tokens, max_topics)
     refs = {t.path: _render_topic(t, kept) for t in topics}
     summaries = _summaries(blocks, titles)

@@ -12,9 +12,17 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
-from orchestrator.memory.entries import Item
+from orchestrator.memory.entries import Item, rendered_tokens
 from orchestrator.memory.references import slugify
 from orchestrator.upkeep.audit import SimilarIndex
+from orchestrator.upkeep.naming import (
+    Vocabulary,
+    area_head,
+    candidates,
+    story_span,
+    unique,
+    words,
+)
 
 PATTERNS_TOPIC = "Codebase patterns"
 
@@ -28,30 +36,6 @@ DEFAULT_MAX_TOPICS = 60
 
 
 FILL = 0.75  # fill references to 75% of the cap: room for the header and later appends
-
-
-# One string split at import: a stop-word list reads better as text than as 150 literals.
-_STOP_WORDS = (
-    "about above after again against all also always and any are because been before being "
-    "below between both but can cannot could did does doing done down during each every few "
-    "for from further had has have having here how into its itself just like made make "
-    "makes more most must need needs never new not now off once only other our out over own "
-    "same should since some such than that the their them then there these they this those "
-    "through too under until use used uses using very via was were what when where which "
-    "while who why will with within without would you your added adds created updated "
-    "implemented instead file files story stories work works working already still first "
-    "second next true false null none value values don't doesn't isn't it's data type types "
-    "test tests check checks build run runs call calls return returns one two way ways time "
-)
-
-
-_STOP = frozenset(_STOP_WORDS.split())
-
-
-_GENERIC_DIRS = frozenset({"src", "lib", "app", "source", "internal", "pkg", "main", "java"})
-
-
-_WORD_RE = re.compile(r"[a-z][a-z0-9]{3,}")
 
 
 @dataclass
@@ -85,9 +69,14 @@ def resolve_bare_names(items: list[Item]) -> None:
         for f in it.files:
             if "/" in f.rstrip("/"):
                 full.setdefault(f.rstrip("/").rsplit("/", 1)[1], set()).add(f)
+
+    def resolved(files: list[str]) -> list[str]:
+        out = [next(iter(full[f])) if len(full.get(f, ())) == 1 else f for f in files]
+        return list(dict.fromkeys(out))
+
     for it in items:
-        resolved = [next(iter(full[f])) if len(full.get(f, ())) == 1 else f for f in it.files]
-        it.files = list(dict.fromkeys(resolved))
+        it.files = resolved(it.files)
+        it.applies = resolved(it.applies)
 
 
 def _primary_area(item: Item) -> str | None:
@@ -128,22 +117,14 @@ def _cluster_areas(items: list[Item], budget: int, fill: int) -> dict[str, list[
     return groups
 
 
-def _stem(word: str) -> str:
-    return word.rstrip("s") if len(word) > 4 else word
-
-
-def _words(text: str) -> set[str]:
-    return {_stem(w) for w in _WORD_RE.findall(text.lower()) if w not in _STOP}
-
-
 def _cluster_keywords(items: list[Item], budget: int) -> list[tuple[str, list[Item]]]:
     """Greedy: the word shared by most remaining items becomes a topic, until the budget is
-    spent or no word is shared by at least three items; the rest is 'General notes'.
+    spent or no word is shared by at least three items; the rest stays together ("").
     Word counts are kept up to date as items are taken (recounting every item each round
     made large groups quadratic)."""
     left = list(items)
     out: list[tuple[str, list[Item]]] = []
-    bags = {id(it): _words("\n".join(it.lines)) for it in items}
+    bags = {id(it): words("\n".join(it.lines)) for it in items}
     counts = Counter(w for it in left for w in bags[id(it)])
     limit = max(3, len(items) // 2)
     while left and len(out) < budget:
@@ -161,16 +142,6 @@ def _cluster_keywords(items: list[Item], budget: int) -> list[tuple[str, list[It
     return out
 
 
-def _label(word: str, items: list[Item]) -> str:
-    """The word as the learnings write it ("ingress", not the stem "ingre")."""
-    if not word:
-        return "other"
-    forms = Counter(
-        w for it in items for w in _WORD_RE.findall("\n".join(it.lines).lower()) if _stem(w) == word
-    )
-    return min(forms, key=lambda w: (-forms[w], w)) if forms else word
-
-
 def _chunk(items: list[Item], fill: int) -> list[list[Item]]:
     chunks: list[list[Item]] = [[]]
     used = 0
@@ -181,24 +152,6 @@ def _chunk(items: list[Item], fill: int) -> list[list[Item]]:
         chunks[-1].append(it)
         used += it.tokens
     return chunks
-
-
-def _taken(name: str, taken: SimilarIndex) -> bool:
-    return name in taken
-
-
-def _area_name(area: str, taken: SimilarIndex) -> str:
-    """Short name from the folder's last meaningful parts; longer when that is taken."""
-    if not area:
-        return "Top-level files"
-    parts = area.split("/")
-    meaningful = [p for p in parts if p.lower() not in _GENERIC_DIRS] or parts
-    for n in range(min(2, len(meaningful)), len(meaningful) + 1):
-        name = " / ".join(meaningful[-n:])
-        name = name[0].upper() + name[1:]
-        if not _taken(name, taken):
-            return name
-    return f"{area} folder" if not _taken(f"{area} folder", taken) else f"{area}/ ({len(taken)})"
 
 
 def _topic_budget(n_items: int, total_tokens: int, fill: int) -> int:
@@ -215,15 +168,26 @@ def build_topics(items: list[Item], cap: int, max_topics: int = DEFAULT_MAX_TOPI
     fill = int(cap * FILL)
     budget = _topic_budget(len(items), sum(i.tokens for i in items), fill)
     budget = max(1, min(budget, max_topics - 2))
-    leaves = _leaves(items, budget, fill, fill)
-    if len(leaves) > max_topics and len({leaf[3] for leaf in leaves}) > max_topics:
+    vocab = Vocabulary(items)
+    drafts = _drafts(items, budget, fill, fill)
+    if len(drafts) > max_topics and len({d.key for d in drafts}) > max_topics:
         # Too many files for one row each, and too many groups for one area each: fold
         # folders into their parents whatever their size (their topics split them again).
-        leaves = _leaves(items, budget, fill, None)
-    return leaves
+        drafts = _drafts(items, budget, fill, None)
+    return _named(_fit(_merge_near_duplicates(drafts, vocab, fill), fill), vocab)
 
 
-def _leaves(items: list[Item], budget: int, fill: int, merge_cap: int | None) -> list[Leaf]:
+@dataclass
+class _Draft:
+    """A topic before it has a name: its learnings and the group it was cut from."""
+
+    items: list[Item]
+    areas: list[str]
+    key: str  # the group: an area folder, or "kw:" and the word its learnings share
+    head: str  # the group's name when its folder or word says it; "" when the words must
+
+
+def _drafts(items: list[Item], budget: int, fill: int, merge_cap: int | None) -> list[_Draft]:
     with_area = [i for i in items if _primary_area(i) is not None]
     without = [i for i in items if _primary_area(i) is None]
     groups = _cluster_areas(with_area, max(1, budget - 2), merge_cap or 10**12)
@@ -232,119 +196,127 @@ def _leaves(items: list[Item], budget: int, fill: int, merge_cap: int | None) ->
     for k in small:
         without.extend(groups.pop(k))
     without.sort(key=lambda i: i.order)
-    out: list[Leaf] = []
-    taken = SimilarIndex()
-    taken.add(PATTERNS_TOPIC)
+    out: list[_Draft] = []
+    heads = SimilarIndex()
+    heads.add(PATTERNS_TOPIC)
     for area in sorted(groups, key=lambda k: (-len(groups[k]), k)):
-        name = _area_name(area, taken)
-        taken.add(name)
+        head = area_head(area, heads)
+        if head:
+            heads.add(head)
         areas = sorted({_primary_area(i) or "" for i in groups[area]})
-        out.extend((*c, name) for c in _named_chunks(name, groups[area], areas, fill))
+        out.extend(_Draft(c, areas, area, head) for c in _pieces(groups[area], fill))
     kw_budget = max(1, budget - len(out))
     for word, its in _cluster_keywords(without, kw_budget):
-        word = _label(word, its) if word else ""
-        name = f"{word.capitalize()} notes" if word else "General notes"
-        n = 2
-        while _taken(name, taken):
-            name, n = f"{word.capitalize() if word else 'General'} notes {n}", n + 1
-        taken.add(name)
+        # A shared word says too little alone ("Implementing", "View"): the learnings'
+        # salient words name the group.
         areas = sorted({a for i in its for a in [_primary_area(i)] if a is not None})
-        out.extend((*c, name) for c in _named_chunks(name, its, areas, fill))
-    return _distinct(out)
-
-
-def _leaf_names(group: str, chunks: list[Chunk]) -> list[Chunk]:
-    """Name each piece of a group that had to be split by the two words that set its
-    learnings apart from the rest of the group ("Search: tokenizer, ranking"): the words
-    most over-represented in it, used by at least two of its learnings."""
-    if len(chunks) <= 1:
-        return chunks
-    skip = _words(group.replace("/", " "))
-    bags = [[_words("\n".join(it.lines)) - skip for it in its] for _n, its, _a in chunks]
-    per = [Counter(w for bag in b for w in bag) for b in bags]
-    total: Counter[str] = Counter()
-    for c in per:
-        total.update(c)
-    n_all = sum(len(its) for _n, its, _a in chunks)
-    out: list[Chunk] = []
-    for (name, its, areas), counts in zip(chunks, per, strict=True):
-        n = len(its)
-        ranked = sorted(
-            (-(counts[w] / n) / (total[w] / n_all), -counts[w], w)
-            for w in counts
-            if counts[w] >= min(2, n) and not w.isdigit()
-        )
-        labels = [_label(w, its) for _r, _c, w in ranked[:2]]
-        out.append((f"{group}: {', '.join(labels)}" if labels else name, its, areas))
+        out.extend(_Draft(c, areas, f"kw:{word}", "") for c in _pieces(its, fill))
     return out
 
 
-def _distinct(topics: list[Leaf]) -> list[Leaf]:
-    """No two names `ralph check` would call duplicates: number the later ones."""
-    seen = SimilarIndex()
-    seen.add(PATTERNS_TOPIC)
-    out = []
-    for name, its, areas, group in topics:
-        final, n = name, 2
-        while _taken(final, seen):
-            final, n = f"{name} ({n})", n + 1
-        seen.add(final)
-        out.append((final, its, areas, group))
-    return out
-
-
-def _named_chunks(
-    name: str, items: list[Item], areas: list[str], fill: int
-) -> list[tuple[str, list[Item], list[str]]]:
-    """One topic, or, when it would outgrow the fill level, sub-topics by shared keyword
-    packed first-fit into as few references as fit ("Features / auth: session, token").
-    A keyword group too big for one reference is cut into runs of consecutive stories,
-    named by the stories they span ("Features / auth: session, US-012 to US-031"), never
-    numbered parts that say nothing."""
+def _pieces(items: list[Item], fill: int) -> list[list[Item]]:
+    """One topic, or, when it would outgrow the fill level, pieces by shared keyword packed
+    first-fit into as few references as fit. A keyword group too big for one reference is
+    cut into runs of consecutive stories: the learnings of neighbouring stories matter
+    together (recall on the corpus bench fell with a finer keyword split)."""
 
     def size(its: list[Item]) -> int:
         return sum(i.tokens for i in its)
 
     if size(items) <= fill:
-        return [(name, items, areas)]
+        return [items]
     groups = _cluster_keywords(items, 2 * math.ceil(size(items) / fill))
     if len(groups) == 1:
-        return _by_stories(name, items, areas, fill)
-    bins: list[tuple[list[str], list[Item]]] = []
-    out: list[tuple[str, list[Item], list[str]]] = []
-    sep = ": "
-    for word, its in sorted(groups, key=lambda g: (-size(g[1]), g[0])):
-        label = _label(word, its)
+        return _chunk(items, fill)
+    bins: list[list[Item]] = []
+    out: list[list[Item]] = []
+    for _word, its in sorted(groups, key=lambda g: (-size(g[1]), g[0])):
         if size(its) > fill:
-            # Consecutive runs, not a finer keyword split: the learnings of neighbouring
-            # stories matter together (recall on the corpus bench fell with the finer
-            # split); `_leaf_names` then names each run by what sets it apart.
-            out.extend(_by_stories(f"{name}{sep}{label}", its, areas, fill))
+            out.extend(_chunk(its, fill))
             continue
-        home = next((b for b in bins if size(b[1]) + size(its) <= fill), None)
+        home = next((b for b in bins if size(b) + size(its) <= fill), None)
         if home is None:
-            bins.append(([label], list(its)))
+            bins.append(list(its))
         else:
-            home[0].append(label)
-            home[1].extend(its)
-    for labels, its in bins:
-        shown = ", ".join(labels[:2]) + (", ..." if len(labels) > 2 else "")
-        out.append((f"{name}{sep}{shown}", sorted(its, key=lambda i: i.order), areas))
+            home.extend(its)
+    out.extend(sorted(b, key=lambda i: i.order) for b in bins)
     return out
 
 
-def _by_stories(
-    name: str, items: list[Item], areas: list[str], fill: int
-) -> list[tuple[str, list[Item], list[str]]]:
-    """Consecutive runs of learnings, each named by the stories it spans."""
-    chunks = _chunk(items, fill)
-    if len(chunks) == 1:
-        return [(name, items, areas)]
-    out: list[tuple[str, list[Item], list[str]]] = []
-    for c in chunks:
-        first, last = c[0].source.split(",")[0], c[-1].source.split(",")[0]
-        span = first if first == last else f"{first} to {last}"
-        out.append((f"{name}, {span}", c, areas))
+def _merge_near_duplicates(drafts: list[_Draft], vocab: Vocabulary, fill: int) -> list[_Draft]:
+    """Two pieces of one group about the same things (three of their four most salient
+    words shared) become one topic when they fit in one reference. Candidates come from an
+    inverted index of those words, so this costs a few comparisons per topic."""
+    signs = [set(vocab.salient(d.items, n=4)) for d in drafts]
+    index: dict[tuple[str, str], list[int]] = {}
+    gone: set[int] = set()
+    for i, d in enumerate(drafts):
+        size = sum(it.tokens for it in d.items)
+        seen: Counter[int] = Counter()
+        for w in signs[i]:
+            seen.update(j for j in index.get((d.key, w), ()) if j not in gone)
+        for j, shared in seen.most_common():
+            other = drafts[j]
+            if shared < 3 or size + sum(it.tokens for it in other.items) > fill:
+                continue
+            other.items = sorted(other.items + d.items, key=lambda it: it.order)
+            gone.add(i)
+            break
+        else:
+            for w in signs[i]:
+                index.setdefault((d.key, w), []).append(i)
+    return [d for i, d in enumerate(drafts) if i not in gone]
+
+
+def _fit(drafts: list[_Draft], fill: int) -> list[_Draft]:
+    """A piece whose bullets, side by side, outgrow the fill level (a run of one entry's
+    bullets taken apart shows its files suffix again) is cut where it overflows."""
+    out: list[_Draft] = []
+    for d in drafts:
+        if rendered_tokens(d.items) <= fill:
+            out.append(d)
+            continue
+        part: list[Item] = []
+        for it in d.items:
+            if part and rendered_tokens([*part, it]) > fill:
+                out.append(_Draft(part, d.areas, d.key, d.head))
+                part = []
+            part.append(it)
+        out.append(_Draft(part, d.areas, d.key, d.head))
+    return out
+
+
+def _named(drafts: list[_Draft], vocab: Vocabulary) -> list[Leaf]:
+    """Final names: each group's, then each piece's within its group (see naming)."""
+    taken = SimilarIndex()
+    taken.add(PATTERNS_TOPIC)
+    by_key: dict[str, list[_Draft]] = {}
+    for d in drafts:
+        by_key.setdefault(d.key, []).append(d)
+    vocab.learn_groups([[it for d in members for it in d.items] for members in by_key.values()])
+    group_names: dict[str, str] = {}
+    for key, members in by_key.items():
+        its = [it for d in members for it in d.items]
+        head = members[0].head
+        terms = [] if head and len(members) > 1 else vocab.salient(its)
+        options = ([head] if head else []) + candidates(head, terms)
+        group_names[key] = unique(options, taken, story_span(its))
+        taken.add(group_names[key])
+    out: list[Leaf] = []
+    for key, members in by_key.items():
+        group = group_names[key]
+        if len(members) == 1:
+            out.append((group, members[0].items, members[0].areas, group))
+            continue
+        counts = vocab.counts([it for d in members for it in d.items])
+        n_all = sum(len(d.items) for d in members)
+        head = members[0].head
+        skip = re.findall(r"[A-Za-z0-9]+", head.lower()) if head else []
+        for d in members:
+            terms = vocab.salient(d.items, rest=(counts, n_all), skip=skip)
+            name = unique(candidates(head, terms), taken, story_span(d.items))
+            taken.add(name)
+            out.append((name, d.items, d.areas, group))
     return out
 
 
@@ -372,17 +344,6 @@ def make_topics(
         return topics
     groups: dict[str, list[Leaf]] = {}
     for leaf in leaves:
-        groups.setdefault(leaf[3], []).append(leaf)
-    # Behind an area, a topic's name is all the agent sees of it: name each by the words
-    # that set it apart ("Search: tokenizer, ranking"). Flat indexes keep the keyword and
-    # story-span names, which rank the corpus's learnings exactly as before.
-    renamed = [
-        (*c, group)
-        for group, members in groups.items()
-        for c in _leaf_names(group, [m[:3] for m in members])
-    ]
-    groups = {}
-    for leaf in _distinct(renamed):
         groups.setdefault(leaf[3], []).append(leaf)
     for group, members in groups.items():
         if len(members) == 1:
