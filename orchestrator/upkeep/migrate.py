@@ -47,10 +47,12 @@ from orchestrator.memory.progress import INDEX_HEADING
 from orchestrator.upkeep.topics import (
     DEFAULT_MAX_TOPICS,
     FILL,
-    PATTERNS_TOPIC,
     Topic,
     make_topics,
     resolve_bare_names,
+)
+from orchestrator.upkeep.topics import (
+    PATTERNS_TOPIC as PATTERNS_TOPIC,  # re-exported: reports.savings reads it here
 )
 
 if TYPE_CHECKING:
