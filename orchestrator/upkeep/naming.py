@@ -34,6 +34,8 @@ _STOP_WORDS = (
 )
 STOP = frozenset(_STOP_WORDS.split())
 # Said of every learning in a log, so they name nothing ("seen while working on ...").
+# Said of any learning ("seen while working on ...", "the existing approach"), so they
+# name nothing.
 _FILLER = frozenset(
     [
         "seen",
@@ -57,10 +59,54 @@ _FILLER = frozenset(
         "fixes",
         "issue",
         "issues",
+        "based",
+        "existing",
+        "anything",
+        "something",
+        "present",
+        "remain",
+        "remains",
+        "custom",
+        "handle",
+        "handles",
+        "full",
+        "well",
+        "similar",
+        "simple",
+        "consistent",
+        "conditional",
+        "focused",
+        "approach",
+        "clean",
+        "outside",
+        "dedicated",
+        "empty",
+        "initial",
+        "phase",
+        "important",
+        "correct",
+        "correctly",
+        "properly",
+        "proper",
+        "good",
+        "better",
+        "able",
+        "instead",
+        "rather",
+        "even",
+        "correct",
+        "sure",
+        "make",
+        "sure",
+        "ensure",
+        "ensures",
     ]
 )
 GENERIC_DIRS = frozenset({"src", "lib", "app", "source", "internal", "pkg", "main", "java"})
 WORD_RE = re.compile(r"[a-z][a-z0-9]{3,}")
+_CODE = re.compile(r"`([^`\n]+)`")
+_IDENT = re.compile(r"\b[a-z]+[A-Z]\w*|\b[A-Z][a-z0-9]+[A-Z]\w*")
+_VAGUE_ENDINGS = ("ly", "ing", "ed")
 _WORD_CASED = re.compile(r"(?<![A-Za-z0-9])[A-Za-z][A-Za-z0-9]{3,}")
 _ACRONYMS = {
     "db": "DB",
@@ -78,7 +124,7 @@ _ACRONYMS = {
     "json": "JSON",
     "graphql": "GraphQL",
 }
-_SPREAD = 0.6  # a word in more groups than this share is filler ("added", "aggiunto")
+_SPREAD = 0.5  # a word in more groups than this share is filler ("added", "aggiunto")
 _TERMS = 3  # at most this many words after the head: a name, not a summary
 
 
@@ -121,6 +167,13 @@ class Vocabulary:
                 self.skip.update(w.lower() for w in re.findall(r"[A-Za-z]+", sid))
         self.df: Counter[str] = Counter(w for it in items for w in self.bag(it))
         self.n = max(1, len(items))
+        # Names of things: words in `code` spans or written as identifiers (useAuth).
+        self.code: set[str] = set()
+        for it in items:
+            text = "\n".join(it.lines)
+            for span in _CODE.findall(text):
+                self.code.update(stem(w) for w in WORD_RE.findall(span.lower()))
+            self.code.update(stem(w.lower()) for w in _IDENT.findall(text))
 
     def learn_groups(self, groups: list[list[Item]]) -> None:
         """Words found in most groups of the log ("added", "aggiunto", "component") say
@@ -158,6 +211,10 @@ class Vocabulary:
                 if w in avoid or w.isdigit() or c < least:
                     continue
                 score = (c / size) * math.log(1 + self.n / self.df[w])
+                if w in self.code:
+                    score *= 1.5
+                elif w.endswith(_VAGUE_ENDINGS):  # adverbs, participles: "internally"
+                    score *= 0.4
                 if rest is not None and rest[0][w]:
                     score *= min(3.0, (c / size) / (rest[0][w] / rest[1]))
                 ranked.append((-score, -c, w))
