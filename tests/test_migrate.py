@@ -399,20 +399,26 @@ def test_learnings_carry_their_story_and_files() -> None:
                     "Return 404, not 500, when the row is missing",
                     "The `src/api/errors.ts` mapper owns status codes",
                 ],
-            )
+            ),
+            ("US-004", [], ["Keep handlers thin"]),
         ]
     )
     _new, refs = migrate.build_memory(text)
-    lines = [ln for r in refs.values() for ln in r.splitlines() if ln.startswith("- [")]
-    first, second, named = lines
-    assert first == (
-        "- [US-003] Validate the payload before the handler runs "
-        "(files: src/api/user.ts, src/db/user.sql)"
-    )
-    assert second == "- [US-003] Return 404, not 500, when the row is missing"  # same run
-    assert named == "- [US-003] The `src/api/errors.ts` mapper owns status codes"
-    assert entries.learning_files(first) == ["src/api/user.ts", "src/db/user.sql"]
-    assert entries.learning_files(named) == ["src/api/errors.ts"]
+    ref = "".join(refs.values())
+    bullets = [ln for ln in ref.splitlines() if ln.startswith("- [")]
+    assert bullets == [
+        "- [US-003] Validate the payload before the handler runs",
+        "- [US-003] Return 404, not 500, when the row is missing",
+        "- [US-003] The `src/api/errors.ts` mapper owns status codes",
+        "- [US-004] Keep handlers thin",
+    ]
+    assert "codes\n\n## Files by story\n- US-003: src/api/user.ts\n" in ref
+    assert entries.files_by_story(ref) == {"US-003": ["src/api/user.ts"]}  # not US-004
+    # The form the agent's template asks for, read by the same vocabulary.
+    agent = "- [US-005] Cache the token (files: src/auth/token.ts, src/auth/store.ts)"
+    assert entries.learning_files(agent) == ["src/auth/token.ts", "src/auth/store.ts"]
+    assert entries.learning_files(bullets[2]) == ["src/api/errors.ts"]
+    assert migrate.line_keys(agent) >= {"Cache the token"}
 
 
 def test_real_ralph_migrate_names_topics_and_records_files(tmp_path: Path) -> None:
@@ -429,6 +435,6 @@ def test_real_ralph_migrate_names_topics_and_records_files(tmp_path: Path) -> No
     rows = Progress.parse((root / "scripts/ralph/progress.txt").read_text()).index_rows
     assert rows and not [r.topic for r in rows if _CATCH_ALL.search(r.topic)]
     refs = "".join((root / r.path).read_text() for r in rows)
-    assert "(files: src/app/main.ts)" in refs
+    assert "## Files by story\n- US-001: src/app/main.ts\n" in refs
     chk = subprocess.run([*ralph, "check"], cwd=root, capture_output=True, text=True)
     assert chk.returncode == 0 and "ralph check: OK" in chk.stdout, chk.stdout

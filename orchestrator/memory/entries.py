@@ -99,32 +99,41 @@ class Item:
     # Where it applies when its text names no path: the entry's "Files changed" (shown
     # as a files suffix).
     applies: list[str] = field(default_factory=list)
-    base: int = 0  # tokens without the files suffix
-    suffix: int = 0  # tokens of the files suffix
+    suffix: int = 0  # tokens of its story's line under "## Files by story"
 
     @property
     def says_files(self) -> bool:
         return bool(suffix_files(self.applies))
 
     def render(self, files: bool = True) -> str:
-        """The learning as a tagged bullet; `files=False` leaves out the files suffix (the
-        bullet before it, from the same entry, already says them)."""
+        """The learning as a tagged bullet, its text verbatim; `files=False` leaves out the
+        files suffix (the bullet before it, from the same entry, already says them)."""
         first = self.lines[0]
         indent = len(first) - len(first.lstrip())
         head = BULLET.sub("", first, count=1).strip()
-        if files and self.says_files and not head.startswith(("```", "~~~", "#")):
-            head += files_suffix(self.applies)
         rest = [("  " + ln[indent:] if ln[:indent].strip() == "" else ln) for ln in self.lines[1:]]
-        return "\n".join([f"- [{self.source}] {head}", *rest]).rstrip()
+        out = "\n".join([f"- [{self.source}] {head}", *rest]).rstrip()
+        if not (files and self.says_files):
+            return out
+        # After the learning's last word, or on a line of its own after a code block or a
+        # heading, so the learning's own text stays in one piece.
+        last = out.rsplit("\n", 1)[-1].strip()
+        if len(self.lines) == 1 and not last.startswith(("```", "~~~", "#")):
+            return out + files_suffix(self.applies)
+        return out + "\n " + files_suffix(self.applies)
 
 
-# Where a learning applies, on its bullet line: `- [US-003] text (files: a.ts, b/c.ts)`.
-# Written when the learning's own text names no path (they came from the entry's "Files
-# changed"), and once per run of bullets from one entry: a bullet with neither paths nor a
-# suffix applies where the bullet above it with the same tag does. A learning that names
-# paths already says where it applies.
+# Where a learning applies, when its text names no path: the entry's "Files changed",
+# either at the end of its bullet, `- [US-003] text (files: a.ts, b.ts)` (the agent's
+# template asks for this), or, as `ralph migrate` writes them, once per story in a section
+# after the learnings (the bullets keep only the learning's words):
+#     ## Files by story
+#     - US-003: a.ts, b.ts
+# A learning that names paths already says where it applies.
+FILES_BY_STORY = "## Files by story"
+FILES_BY_STORY_LINE = re.compile(r"^[-*]\s+([^:\s][^:]*):\s+(.+)$")
 FILES_SUFFIX = re.compile(r"\s\(files: ([^()]*)\)\s*$")
-SUFFIX_FILES = 2  # paths shown: the first of the entry's "Files changed", cheap in tokens
+SUFFIX_FILES = 1  # the first of the entry's "Files changed": more cost topics splits, and recall
 
 
 def suffix_files(files: list[str]) -> list[str]:
@@ -143,6 +152,20 @@ def learning_files(line: str) -> list[str]:
     if m:
         return [f.strip() for f in m.group(1).split(",") if f.strip()]
     return paths_in(line)
+
+
+def files_by_story(reference: str) -> dict[str, list[str]]:
+    """{story tag: files} from a reference's "## Files by story" section."""
+    out: dict[str, list[str]] = {}
+    inside = False
+    for ln in text_lines(reference):
+        if ln.startswith("## "):
+            inside = ln.strip() == FILES_BY_STORY
+            continue
+        m = FILES_BY_STORY_LINE.match(ln.strip()) if inside else None
+        if m:
+            out[m.group(1).strip()] = [f.strip() for f in m.group(2).split(",") if f.strip()]
+    return out
 
 
 @dataclass
@@ -427,27 +450,23 @@ def items_of(block: Block, lines: list[str], source: str, order: int, cap: int) 
 
 
 def count_tokens(items: list[Item]) -> None:
-    """Each item's size as a reference renders it: its bullet (`base`), plus its files
-    suffix (`suffix`) when it starts a run of one entry's bullets. A topic that takes a
-    run apart pays the suffix again: `rendered_tokens` is exact."""
-    said: tuple[str, list[str]] | None = None
+    """Each item's size in a reference: its bullet (`tokens`), and apart from it the line
+    its story gets under "## Files by story" (`suffix`), which `rendered_tokens` adds once
+    per story of a topic."""
     for it in items:
-        it.suffix = tokens.count(files_suffix(it.applies)) if it.says_files else 0
-        it.base = tokens.count(it.render(files=False)) + 1
-        starts = it.says_files and said != (it.source, it.applies)
-        it.tokens = it.base + (it.suffix if starts else 0)
-        said = (it.source, it.applies) if it.says_files else None
+        it.tokens = tokens.count(it.render(files=False)) + 1
+        files = ", ".join(suffix_files(it.applies))
+        it.suffix = tokens.count(f"- {it.source}: {files}") + 1 if it.says_files else 0
 
 
 def rendered_tokens(items: list[Item]) -> int:
-    """What `items` cost side by side in one reference: each run's suffix once."""
-    total = 0
-    said: tuple[str, list[str]] | None = None
-    for it in items:
-        starts = it.says_files and said != (it.source, it.applies)
-        total += (it.base or it.tokens) + (it.suffix if starts else 0)
-        said = (it.source, it.applies) if it.says_files else None
-    return total
+    """What `items` cost side by side in one reference, with their "## Files by story"."""
+    stories = {it.source: it.suffix for it in items if it.suffix}
+    footer = sum(stories.values()) + (_FOOTER_HEAD if stories else 0)
+    return sum(it.tokens for it in items) + footer
+
+
+_FOOTER_HEAD = 8  # the section's heading and blank line
 
 
 def source(block: Block, n: int) -> str:

@@ -11,7 +11,6 @@ copied whole into the archive folder and every write goes through one journalled
 from __future__ import annotations
 
 import re
-from collections import Counter
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
@@ -24,6 +23,7 @@ from orchestrator.errors import InputError
 from orchestrator.memory import areas as area_refs
 from orchestrator.memory.entries import (
     DATE,
+    FILES_BY_STORY,
     FILES_LINE,
     HISTORY_HEADING,
     META,
@@ -41,6 +41,7 @@ from orchestrator.memory.entries import (
     source,
     split_big,
     split_blocks,
+    suffix_files,
     text_lines,
 )
 from orchestrator.memory.progress import INDEX_HEADING
@@ -49,6 +50,7 @@ from orchestrator.upkeep.topics import (
     FILL,
     Topic,
     make_topics,
+    reference_header,
     resolve_bare_names,
 )
 from orchestrator.upkeep.topics import (
@@ -84,21 +86,22 @@ def is_indexed(text: str) -> bool:
 
 
 def _render_reference(topic: Topic) -> str:
-    out = [f"# {topic.name}", ""]
-    areas = [a for a in topic.areas if a]
-    if areas:
-        out.append("Areas: " + ", ".join(f"`{a}/`" for a in areas[:8]))
-    files = Counter(f for it in topic.items for f in dict.fromkeys(it.files))
-    if files:
-        top = sorted(files, key=lambda f: (-files[f], f))[:8]
-        out.append("Files: " + ", ".join(top))
-    if len(out) > 2:
-        out.append("")
-    said: tuple[str, list[str]] | None = None  # the files suffix of the run above
-    for it in topic.items:
-        out.append(it.render(files=said != (it.source, it.applies)))
-        said = (it.source, it.applies) if it.says_files else None
-    return "\n".join(out).rstrip() + "\n"
+    out = [f"# {topic.name}", "", *reference_header(topic.areas, topic.items)]
+    out.extend(it.render(files=False) for it in topic.items)
+    return "\n".join(out + _files_by_story(topic.items)).rstrip() + "\n"
+
+
+def _files_by_story(items: list[Item]) -> list[str]:
+    """Where the learnings apply whose text names no path: one line per story, after them
+    (see entries.FILES_BY_STORY). Not on the bullets: paths there outweighed the words of
+    the learning in ranking (recall on the corpus bench fell by a fifth)."""
+    where: dict[str, list[str]] = {}
+    for it in items:
+        if it.says_files:
+            where.setdefault(it.source, suffix_files(it.applies))
+    if not where:
+        return []
+    return ["", FILES_BY_STORY, *(f"- {src}: {', '.join(fs)}" for src, fs in where.items())]
 
 
 def _render_always(units: list[list[str]]) -> str:

@@ -105,7 +105,6 @@ _FILLER = frozenset(
 GENERIC_DIRS = frozenset({"src", "lib", "app", "source", "internal", "pkg", "main", "java"})
 WORD_RE = re.compile(r"[a-z][a-z0-9]{3,}")
 _CODE = re.compile(r"`([^`\n]+)`")
-_IDENT = re.compile(r"\b[a-z]+[A-Z]\w*|\b[A-Z][a-z0-9]+[A-Z]\w*")
 _VAGUE_ENDINGS = ("ly", "ing", "ed")
 _WORD_CASED = re.compile(r"(?<![A-Za-z0-9])[A-Za-z][A-Za-z0-9]{3,}")
 _ACRONYMS = {
@@ -136,21 +135,6 @@ def words(text: str) -> set[str]:
     return {stem(w) for w in WORD_RE.findall(text.lower()) if w not in STOP}
 
 
-def label(word: str, items: Iterable[Item]) -> str:
-    """The word as the learnings write it ("ingress", not the stem "ingre"; "useAuth", not
-    "useauth")."""
-    forms = Counter(
-        w
-        for it in items
-        for w in _WORD_CASED.findall("\n".join(it.lines))
-        if stem(w.lower()) == word
-    )
-    if not forms:
-        return _cased(word)
-    best = min(forms, key=lambda w: (-forms[w], w))
-    return _cased(best) if best.islower() else best
-
-
 def _cased(word: str) -> str:
     return _ACRONYMS.get(word, word)
 
@@ -161,6 +145,7 @@ class Vocabulary:
 
     def __init__(self, items: list[Item]) -> None:
         self._bags: dict[int, set[str]] = {}
+        self._forms: dict[str, Counter[str]] = {}  # stem -> its written forms
         self.skip = set(_FILLER)
         for it in items:
             for sid in it.source.split(","):
@@ -171,9 +156,14 @@ class Vocabulary:
         self.code: set[str] = set()
         for it in items:
             text = "\n".join(it.lines)
-            for span in _CODE.findall(text):
-                self.code.update(stem(w) for w in WORD_RE.findall(span.lower()))
-            self.code.update(stem(w.lower()) for w in _IDENT.findall(text))
+            for w in _WORD_CASED.findall(text):
+                low = stem(w.lower())
+                self._forms.setdefault(low, Counter())[w] += 1
+                if not w[1:].islower() and not w.isupper():  # useAuth, DealOggetto
+                    self.code.add(low)
+            if "`" in text:
+                for span in _CODE.findall(text):
+                    self.code.update(stem(w) for w in WORD_RE.findall(span.lower()))
 
     def learn_groups(self, groups: list[list[Item]]) -> None:
         """Words found in most groups of the log ("added", "aggiunto", "component") say
@@ -182,6 +172,15 @@ class Vocabulary:
             return
         spread = Counter(w for its in groups for w in set().union(*map(self.bag, its)))
         self.skip.update(w for w, c in spread.items() if c > _SPREAD * len(groups))
+
+    def label(self, word: str) -> str:
+        """The word as the learnings write it most often ("ingress", not the stem "ingre";
+        "useAuth", not "useauth")."""
+        found = self._forms.get(word)
+        if not found:
+            return _cased(word)
+        best = min(found, key=lambda w: (-found[w], w))
+        return _cased(best) if best.islower() else best
 
     def bag(self, item: Item) -> set[str]:
         key = id(item)
@@ -198,10 +197,11 @@ class Vocabulary:
         rest: tuple[Counter[str], int] | None = None,
         skip: Iterable[str] = (),
         n: int = 6,
+        written: bool = True,
     ) -> list[str]:
         """The `n` words that best say what `items` are about, as written. With `rest`
         (word counts and size of the group they were cut from), words more frequent here
-        than in the group come first."""
+        than in the group come first. `written=False`: the stems, for comparing."""
         counts = self.counts(items)
         size = len(items)
         avoid = self.skip | {stem(w) for w in skip}
@@ -221,7 +221,8 @@ class Vocabulary:
             if ranked:
                 break
         ranked.sort()
-        return [label(w, items) for _s, _c, w in ranked[:n]]
+        top = [w for _s, _c, w in ranked[:n]]
+        return [self.label(w) for w in top] if written else top
 
 
 def area_head(area: str, taken: SimilarIndex) -> str:

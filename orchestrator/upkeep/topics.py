@@ -12,6 +12,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
+from orchestrator import tokens
 from orchestrator.memory.entries import Item, rendered_tokens
 from orchestrator.memory.references import slugify
 from orchestrator.upkeep.audit import SimilarIndex
@@ -174,7 +175,7 @@ def build_topics(items: list[Item], cap: int, max_topics: int = DEFAULT_MAX_TOPI
         # Too many files for one row each, and too many groups for one area each: fold
         # folders into their parents whatever their size (their topics split them again).
         drafts = _drafts(items, budget, fill, None)
-    return _named(_fit(_merge_near_duplicates(drafts, vocab, fill), fill), vocab)
+    return _named(_fit(_merge_near_duplicates(drafts, vocab, fill), cap), vocab)
 
 
 @dataclass
@@ -247,7 +248,7 @@ def _merge_near_duplicates(drafts: list[_Draft], vocab: Vocabulary, fill: int) -
     """Two pieces of one group about the same things (three of their four most salient
     words shared) become one topic when they fit in one reference. Candidates come from an
     inverted index of those words, so this costs a few comparisons per topic."""
-    signs = [set(vocab.salient(d.items, n=4)) for d in drafts]
+    signs = [set(vocab.salient(d.items, n=4, written=False)) for d in drafts]
     index: dict[tuple[str, str], list[int]] = {}
     gone: set[int] = set()
     for i, d in enumerate(drafts):
@@ -268,22 +269,44 @@ def _merge_near_duplicates(drafts: list[_Draft], vocab: Vocabulary, fill: int) -
     return [d for i, d in enumerate(drafts) if i not in gone]
 
 
-def _fit(drafts: list[_Draft], fill: int) -> list[_Draft]:
-    """A piece whose bullets, side by side, outgrow the fill level (a run of one entry's
-    bullets taken apart shows its files suffix again) is cut where it overflows."""
+def reference_header(areas: list[str], items: list[Item]) -> list[str]:
+    """The lines under a reference's title: the areas and the files its learnings concern."""
+    out = []
+    shown = [a for a in areas if a]
+    if shown:
+        out.append("Areas: " + ", ".join(f"`{a}/`" for a in shown[:8]))
+    files = Counter(f for it in items for f in dict.fromkeys(it.files))
+    if files:
+        top = sorted(files, key=lambda f: (-files[f], f))[:8]
+        out.append("Files: " + ", ".join(top))
+    return [*out, ""] if out else []
+
+
+_TITLE = 24  # tokens kept for a reference's title line
+
+
+def _fit(drafts: list[_Draft], cap: int) -> list[_Draft]:
+    """A piece that would outgrow the cap with its header and its "## Files by story"
+    lines (grouping counts bullets only, so the stories' files ride in the room the fill
+    level leaves) is cut where it overflows."""
     out: list[_Draft] = []
     for d in drafts:
-        if rendered_tokens(d.items) <= fill:
+        if _size(d.areas, d.items) <= cap:
             out.append(d)
             continue
         part: list[Item] = []
         for it in d.items:
-            if part and rendered_tokens([*part, it]) > fill:
+            if part and _size(d.areas, [*part, it]) > cap:
                 out.append(_Draft(part, d.areas, d.key, d.head))
                 part = []
             part.append(it)
         out.append(_Draft(part, d.areas, d.key, d.head))
     return out
+
+
+def _size(areas: list[str], items: list[Item]) -> int:
+    head = "\n".join(reference_header(areas, items))
+    return _TITLE + tokens.count(head) + rendered_tokens(items)
 
 
 def _named(drafts: list[_Draft], vocab: Vocabulary) -> list[Leaf]:
