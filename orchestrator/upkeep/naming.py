@@ -16,7 +16,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable
 
-from orchestrator.memory.entries import Item
+from orchestrator.memory.entries import Item, paths_in
 from orchestrator.upkeep.audit import SimilarIndex
 
 # One string split at import: a stop-word list reads better as text than as 150 literals.
@@ -163,7 +163,8 @@ class Vocabulary:
                     self.code.add(low)
             if "`" in text:
                 for span in _CODE.findall(text):
-                    self.code.update(stem(w) for w in WORD_RE.findall(span.lower()))
+                    if not paths_in(span):  # a path's folders are the area, not a thing
+                        self.code.update(stem(w) for w in WORD_RE.findall(span.lower()))
 
     def learn_groups(self, groups: list[list[Item]]) -> None:
         """Words found in most groups of the log ("added", "aggiunto", "component") say
@@ -196,7 +197,7 @@ class Vocabulary:
         items: list[Item],
         rest: tuple[Counter[str], int] | None = None,
         skip: Iterable[str] = (),
-        n: int = 6,
+        n: int = 8,
         written: bool = True,
     ) -> list[str]:
         """The `n` words that best say what `items` are about, as written. With `rest`
@@ -257,7 +258,7 @@ def _joined(terms: list[str]) -> str:
 def candidates(head: str, terms: list[str]) -> list[str]:
     """Names to try in order: the two best words, then other pairs, then three words."""
     picks: list[list[str]] = []
-    top = terms[:5]
+    top = terms[:8]
     picks += [[a, b] for i, a in enumerate(top) for b in top[i + 1 :]]
     picks += [top[:3]] if len(top) >= 3 else []
     picks += [[t] for t in top]
