@@ -29,6 +29,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator import project
+from orchestrator.memory import entries
 from orchestrator.memory.markdown import AFTER_TABLE, NOT_A_ROW, sections, split_lines
 from orchestrator.memory.progress import Progress
 from orchestrator.memory.store import Memory
@@ -241,10 +242,10 @@ def test_the_generator_makes_the_odd_cases() -> None:
 def migrate_entries(text: str) -> list[list[str]]:
     """Story ids per entry as `ralph migrate` splits the log (build_plan's loop, with no
     prd: no known ids)."""
-    _header, blocks = migrate._split_blocks(text.replace("\r\n", "\n"))
+    _header, blocks = entries.split_blocks(text.replace("\r\n", "\n"))
     out, seen = [], False
     for heading, body in blocks:
-        new = migrate._explode(migrate._classify(heading, body, {}, seen))
+        new = entries.explode(entries.classify(heading, body, {}, seen))
         seen = seen or any(b.kind == "story" for b in new)
         out += [b.story_ids for b in new if b.kind == "story"]
     return out
