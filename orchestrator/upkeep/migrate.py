@@ -42,9 +42,8 @@ from orchestrator.memory.entries import (
     split_big,
     split_blocks,
     suffix_files,
-    text_lines,
 )
-from orchestrator.memory.progress import INDEX_HEADING
+from orchestrator.memory.progress import INDEX_HEADING, Progress
 from orchestrator.project import Project
 from orchestrator.upkeep.topics import (
     DEFAULT_MAX_TOPICS,
@@ -80,7 +79,9 @@ class Plan:
 
 
 def is_indexed(text: str) -> bool:
-    return any(ln.strip().lower() == INDEX_HEADING.lower() for ln in text_lines(text))
+    """The log already has a `## Progress Index`, read as every command reads it (outside
+    code fences, heading spacing and case as the model allows)."""
+    return Progress.parse(text).has_index
 
 
 # ---------------------------------------------------------------- rendering
