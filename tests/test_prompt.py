@@ -110,11 +110,15 @@ def test_story_hint_selects_a_reference_without_a_word_in_common(tmp_path: Path)
     assert row["reason"] == "hint: story"
 
 
-def test_always_topics_from_ralph_yaml(tmp_path: Path) -> None:
+def test_always_topics_from_ralph_yaml_take_part_item_by_item(tmp_path: Path) -> None:
     root = make_project(tmp_path)
     (root / "ralph.yaml").write_text("references:\n  always: [Release]\n")
     out = assemble(root)
-    assert "Bump the version" in out.text and "logout must clear it" in out.text
+    # The budget is a ceiling: an `always` reference that says nothing about this story
+    # (logging out) stays out, however much room is left.
+    assert "logout must clear it" in out.text and "Bump the version" not in out.text
+    row = next(r for r in out.considered if r["path"] == "ralph/references/release.md")
+    assert row["reason"] == "no match" and not row["taken"]
 
 
 def test_fix_up_notes_come_first(tmp_path: Path) -> None:
