@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from orchestrator import tokens
-from orchestrator.run import rank
+from orchestrator.run import rank, where
 from orchestrator.run import select as sel
 
 AUTH = sel.Source(
@@ -340,3 +340,48 @@ def test_no_references_and_an_empty_reference_select_nothing_from_them() -> None
     s = sel.select("Log out and clear the session cookie", srcs, budget=None)
     assert 0 not in s.refs
     assert next(r for r in s.considered if r["path"] == "empty.md")["reason"] == "empty"
+
+
+LOG = """## Codebase Patterns
+- Use pnpm
+
+## 2026-01-02 - US-001
+Implemented the task list.
+### Files Changed
+- src/components/TaskList.tsx
+- src/api/tasks.ts
+### Learnings for Future Iterations
+- Rows are virtualised
+
+## 2026-01-03 - US-002
+Settings page.
+Files changed:
+- src/pages/Settings.tsx
+"""
+
+
+def test_entry_files_follow_the_entry_heading_over_sub_headings() -> None:
+    files = where.entry_files(LOG)
+    assert files["US-001"] == ("src/components/TaskList.tsx", "src/api/tasks.ts")
+    assert files["US-002"] == ("src/pages/Settings.tsx",)
+    assert where.entry_files("no headings at all") == {}
+
+
+def test_predicted_files_rank_the_learnings_of_the_story_that_touched_them() -> None:
+    refs = [
+        sel.Source("UI", "ralph/references/ui.md", "# UI\n\n- [US-001] Rows are virtualised\n"),
+        sel.Source("Pages", "ralph/references/pages.md", "# Pages\n\n- [US-002] Forms autosave\n"),
+    ]
+    query = "Add a due-date column to the TaskList"
+    plain, _ = sel.score_items(query, refs, history=LOG, recency=0.0)
+    with_files, _ = sel.score_items(query, refs, history=LOG, recency=0.0, files=0.5)
+    assert plain == [0.0, 0.0]  # no word in common with either learning
+    assert with_files[0] > 0.0 == with_files[1]  # TaskList.tsx was US-001's file
+    # A `files:` note on the item itself counts as well, without the log.
+    noted = [
+        sel.Source(
+            "UI", "ui.md", "# UI\n\n- [US-7] Rows are virtualised (files: src/TaskList.tsx)\n"
+        )
+    ]
+    got, _ = sel.score_items(query, noted, recency=0.0, files=0.5)
+    assert got[0] > 0.0

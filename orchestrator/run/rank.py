@@ -270,6 +270,7 @@ _TAIL_FROM = 1 << 20
 _TAIL_IDS = 500
 
 
+@functools.lru_cache(maxsize=8)
 def story_order(history: str) -> dict[str, int]:
     """Story id -> position of its last mention in the log (an append-only file: later is
     more recent). Ids the log never mentions have no position."""

@@ -34,7 +34,7 @@ from typing import Any, TypedDict
 import numpy as np
 
 from orchestrator import tokens as tok
-from orchestrator.run import rank, where
+from orchestrator.run import rank, semantic, where
 
 # Items scoring below this share of the best item's score are not taken even when the budget
 # has room: they make a prompt bigger without making it better.
@@ -46,6 +46,8 @@ DEFAULT_RECENCY = 0.3
 RECENCY_HALF_LIFE = 5.0
 # Weight of the predicted file overlap in an item's score.
 DEFAULT_FILES = 0.0
+# Weight of semantic similarity (wordllama embeddings, optional extra) in the text score.
+DEFAULT_SEMANTIC = 0.0
 # `always` references' items pass at this share of the cut-off: the user asked for them,
 # but an item of theirs that says nothing about this story still stays out.
 ALWAYS_SHARE = 0.5
@@ -92,6 +94,7 @@ class Weights:
     blend: float = DEFAULT_BLEND
     recency: float = DEFAULT_RECENCY
     files: float = DEFAULT_FILES
+    semantic: float = DEFAULT_SEMANTIC
 
 
 # Re-exported: callers tokenize and split references the way ranking does.
@@ -214,6 +217,17 @@ def _add_stories(
                     g_tf[g, col[t]] += counts[t]
 
 
+def _add_semantic(t: _Text, query: str, stories: Mapping[str, str], share: float) -> None:
+    """Blend each group's embedding similarity to the query into its text score."""
+    texts = [[stories.get(i, "") for i in rank.tag_ids(n)] for n in t.names]
+    for ix, first in zip(t.index, _offsets(t.index)[:-1].tolist(), strict=False):
+        for pos, (_, body) in enumerate(ix.items):
+            texts[int(t.item_g[first + pos])].append(body)
+    sims = semantic.similarity(query, ["\n".join(x for x in xs if x) for xs in texts])
+    if sims is not None:
+        t.g_score = (1 - share) * t.g_score + share * rank.scaled(sims)
+
+
 def _files_of(t: _Text, history: str) -> list[tuple[str, ...]]:
     """Each group's files: `files:` notes in its items, else its stories' log entries."""
     notes: dict[str, list[str]] = {}
@@ -247,6 +261,8 @@ def score(
     repository's files when known (`git ls-files`: more names a story may mention)."""
     terms = list(dict.fromkeys(tokenize(query)))
     t = _text_scores(terms, sources, stories or {})
+    if weights.semantic > 0:
+        _add_semantic(t, query, stories or {}, weights.semantic)
     g, in_ref = t.g_score[t.item_g], t.ref_score[t.item_ref]
     # An untagged item's group is its whole section (say "Codebase patterns"): it counts
     # half, the item itself the other half, so one such item can be taken without the rest.

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from orchestrator.memory.progress import Progress
+from orchestrator.memory.progress import extract_files, extract_story_ids
 from orchestrator.run import rank
 
 # A file in the same folder as a predicted one is evidence of the same area, not the file.
@@ -48,13 +48,26 @@ def area_key(path: str) -> str:
     return parts[-1].lower() if parts else ""
 
 
+# Entries read for their files: the most recent ones (a 3,000-story log is not scanned
+# whole on every prompt; a story that far back rarely shares this one's files).
+_MAX_ENTRIES = 400
+_ENTRY_HEAD = re.compile(r"^#{2,3}\s", re.MULTILINE)
+
+
 @functools.lru_cache(maxsize=8)
 def entry_files(history: str) -> dict[str, tuple[str, ...]]:
-    """Story id -> the files its log entries changed (every entry naming that id)."""
+    """Story id -> the files its log entries changed (every entry naming that id), from
+    the last _MAX_ENTRIES entries of the log."""
+    starts = [m.start() for m in _ENTRY_HEAD.finditer(history)][-_MAX_ENTRIES:]
     out: dict[str, list[str]] = {}
-    for e in Progress.parse(history).entries if history.strip() else []:
-        for sid in e.story_ids:
-            out.setdefault(sid, []).extend(e.files_changed)
+    ids: list[str] = []
+    for a, b in zip(starts, [*starts[1:], len(history)], strict=False):
+        block = history[a:b]
+        # A "### Files changed" sub-heading belongs to the entry heading above it.
+        ids = extract_story_ids(block.split("\n", 1)[0]) or ids
+        if ids and "file" in block.lower():
+            for sid in ids:
+                out.setdefault(sid, []).extend(extract_files(block))
     return {k: tuple(dict.fromkeys(v)) for k, v in out.items()}
 
 
