@@ -1,7 +1,7 @@
 """Selection quality that cannot be tuned to: 5-fold cross-validation by history.
 
-    .venv/bin/python bench/cv.py                  # -> bench/results/cv.{md,json}, docs/img/selection_curve.png
-    .venv/bin/python bench/cv.py --quick          # a smaller grid, a sanity check
+    .venv/bin/python bench/cv.py          # -> bench/results/cv.{md,json}, docs/img/*.png
+    .venv/bin/python bench/cv.py --quick  # a smaller grid, a sanity check
 
 The corpus ($RALPH_CORPUS) is split by history into 5 folds; histories that are forks or
 branches of one repository (folder names sharing `owner__repo`) fall in the same fold. For
@@ -21,6 +21,7 @@ import json
 import statistics
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +37,23 @@ from orchestrator.run import select as sel  # noqa: E402
 FOLDS = 5
 RECALL_FLOOR = 0.90
 CUTOFFS = [0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.8]
-GRID = {"blend": [0.2, 0.4], "recency": [0.2, 0.35, 0.5], "files": [0.0, 0.25, 0.5]}
-QUICK = {"blend": [0.4], "recency": [0.3], "files": [0.0, 0.4]}
+GRID = {
+    "blend": [0.2],
+    "recency": [0.2, 0.35],
+    "files": [0.25, 0.5],
+    "semantic": [0.0, 0.3],
+    "share": [0.1, 0.15, 0.25],
+}
+QUICK = {"blend": [0.2], "recency": [0.2], "files": [0.25], "semantic": [0.0], "share": [0.25]}
+
+
+@dataclass(frozen=True)
+class Setting:
+    """Everything but the cut-off: how items score, and the references' ceiling (a share
+    of budget.prompt_tokens)."""
+
+    weights: sel.Weights
+    share: float
 
 
 def fold_of(names: list[str], n_cases: dict[str, int], k: int = FOLDS) -> dict[str, int]:
@@ -71,20 +87,23 @@ def load_cases(corpus: Path, args: argparse.Namespace) -> list[cd.Case]:
     return cases
 
 
-def settings(grid: dict[str, list[float]]) -> list[sel.Weights]:
-    keys = list(grid)
+def settings(grid: dict[str, list[float]]) -> list[Setting]:
+    keys = ("blend", "recency", "files", "semantic", "share")
     return [
-        sel.Weights(blend=v[0], recency=v[1], files=v[2])
+        Setting(sel.Weights(blend=v[0], recency=v[1], files=v[2], semantic=v[3]), v[4])
         for v in itertools.product(*(grid[k] for k in keys))
     ]
 
 
-def score_table(cases: list[cd.Case], ws: list[sel.Weights], cutoffs: list[float]) -> np.ndarray:
+def score_table(cases: list[cd.Case], ws: list[Setting], cutoffs: list[float]) -> np.ndarray:
     """[case, setting, cut-off, (memory ratio, recall or nan, prompt ratio)]."""
     out = np.full((len(cases), len(ws), len(cutoffs), 3), np.nan)
     for i, c in enumerate(cases):
-        for j, w in enumerate(ws):
-            for m, f in enumerate(cd.sweep(c, cd.weights_of(c, w), cutoffs)):
+        scored: dict[sel.Weights, sel.Scored] = {}
+        for j, st in enumerate(ws):
+            if st.weights not in scored:
+                scored[st.weights] = cd.weights_of(c, st.weights)
+            for m, f in enumerate(cd.sweep(c, scored[st.weights], cutoffs, st.share)):
                 rec = np.nan if f["recall"] is None else f["recall"]
                 out[i, j, m] = (f["memory_ratio"], rec, f["prompt_ratio"])
     return out
@@ -166,22 +185,43 @@ def main(argv: list[str] | None = None) -> int:
     for c in cases:
         counts[c.history] = counts.get(c.history, 0) + 1
     folds = fold_of(list(counts), counts)
-    cv = cross_validate(cases, table, folds)
-    result = cv_report.result(cases, table, ws, CUTOFFS, folds, cv)
+    result = variants(cases, table, ws, folds)
     result["seconds"] = {"load": round(t_load, 1), "total": round(time.perf_counter() - t0, 1)}
     cv_report.write(result, args.out, args.png)
     print(json.dumps(result["headline"], indent=2))
     return 0
 
 
-def consensus(ws: list[sel.Weights], cutoffs: list[float], cv: list[dict]) -> dict[str, Any]:
+def variants(
+    cases: list[cd.Case], table: np.ndarray, ws: list[Setting], folds: dict[str, int]
+) -> dict[str, Any]:
+    """The result with BM25 alone (the kept ranking) and, beside it, the same
+    cross-validation allowed to use wordllama similarity too."""
+    import cv_report
+
+    def run(keep: list[int]) -> dict[str, Any]:
+        sub = [ws[j] for j in keep]
+        cv_ = cross_validate(cases, table[:, keep], folds)
+        return cv_report.result(cases, table[:, keep], sub, CUTOFFS, folds, cv_)
+
+    bm25 = [j for j, st in enumerate(ws) if st.weights.semantic == 0]
+    result = run(bm25)
+    if len(bm25) < len(ws):
+        other = run(list(range(len(ws))))
+        result["with_wordllama"] = {k: other[k] for k in ("headline", "curve", "folds")}
+    return result
+
+
+def consensus(ws: list[Setting], cutoffs: list[float], cv: list[dict]) -> dict[str, Any]:
     """The defaults: the median of the per-fold choices, each parameter on its own."""
     picks = [(ws[fo["setting"]], cutoffs[fo["cutoff"]]) for fo in cv]
     return {
         "cutoff": statistics.median(p[1] for p in picks),
-        "blend": statistics.median(p[0].blend for p in picks),
-        "recency": statistics.median(p[0].recency for p in picks),
-        "files": statistics.median(p[0].files for p in picks),
+        "blend": statistics.median(p[0].weights.blend for p in picks),
+        "recency": statistics.median(p[0].weights.recency for p in picks),
+        "files": statistics.median(p[0].weights.files for p in picks),
+        "semantic": statistics.median(p[0].weights.semantic for p in picks),
+        "share": statistics.median(p[0].share for p in picks),
     }
 
 

@@ -41,7 +41,7 @@ class Case:
     full_empty: int  # full prompt with an empty log
     idx_empty: int  # indexed prompt with an empty memory
     idx_base: int  # indexed prompt with the index but no reference
-    room: int  # what the references may take (budget ceiling)
+    free: int  # the budget left after the fixed part of the prompt
     earlier: list[Any]  # progress.Entry of the earlier stories (the baseline's input)
 
     @property
@@ -93,7 +93,6 @@ def make_case(h: cb.History, folder: Path, k: int, args: Any) -> Case:
     full = pr.build_full(inp)
     base = pr.build_indexed(dataclasses.replace(inp, cutoff=2.0), with_counterfactual=False)
     _, base_n, _ = pr._fixed_part(inp)
-    room = min(args.budget - base_n, int(pr.REFERENCES_SHARE * args.budget))
     return Case(
         h.name,
         k,
@@ -105,7 +104,7 @@ def make_case(h: cb.History, folder: Path, k: int, args: Any) -> Case:
         pr.build_full(empty).tokens,
         pr.build_indexed(empty, with_counterfactual=False).tokens,
         base.tokens,
-        room,
+        args.budget - base_n,
         list(h.entries[: k - 1]),
     )
 
@@ -140,23 +139,35 @@ def _sources(c: Case) -> list[Any]:
     return [r for r in c.inp.references if not getattr(r, "is_area", False)]
 
 
-def sweep(c: Case, scored: sel.Scored, cutoffs: list[float]) -> list[dict[str, Any]]:
+def room(c: Case, share: float) -> int:
+    """What the references may take: the ceiling (a share of the budget), or less when the
+    fixed part leaves less (prompt.build_indexed's rule)."""
+    return min(c.free, int(share * c.inp.budget))
+
+
+def sweep(c: Case, scored: sel.Scored, cutoffs: list[float], share: float) -> list[dict[str, Any]]:
     """Figures at each cut-off over one scoring: the selection `select` makes (same
     ceiling, same caps), its references block counted as the prompt renders it."""
     out = []
     sources = _sources(c)
     for cut in cutoffs:
-        s = sel.take(scored, sources, cutoff=cut, budget=c.room, ref_cap=c.inp.ref_cap)
+        s = sel.take(scored, sources, cutoff=cut, budget=room(c, share), ref_cap=c.inp.ref_cap)
         block = sel.render(s, sources)
         mem = c.idx_base - c.idx_empty + (tok.count(block) + 1 if block else 0)
         out.append(figures(c, mem, _found(c, block)))
     return out
 
 
-def real(c: Case, w: sel.Weights) -> dict[str, Any]:
+def real(c: Case, w: sel.Weights, share: float) -> dict[str, Any]:
     """The figures through the real path (prompt.build_indexed), for the operating point."""
     inp = dataclasses.replace(
-        c.inp, cutoff=w.cutoff, blend=w.blend, recency=w.recency, files=w.files
+        c.inp,
+        cutoff=w.cutoff,
+        blend=w.blend,
+        recency=w.recency,
+        files=w.files,
+        semantic=w.semantic,
+        ref_share=share,
     )
     got = pr.build_indexed(inp, with_counterfactual=False)
     return figures(c, got.tokens - c.idx_empty, _found(c, got.text))

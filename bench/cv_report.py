@@ -25,6 +25,9 @@ def _pool(rows: list[dict[str, Any]], cases: list[cd.Case]) -> dict[str, Any]:
         "stories": len(rows),
         "scored": sum(1 for r in rows if r["recall"] is not None),
         "median_memory_ratio": _med([r["memory_ratio"] for r in rows]),
+        "median_memory_ratio_scored": _med(
+            [r["memory_ratio"] for r in rows if r["recall"] is not None]
+        ),
         "median_recall": _med([r["recall"] for r in rows]),
         "mean_recall": _med([statistics.mean(r["recall"] for r in rows if r["recall"] is not None)])
         if any(r["recall"] is not None for r in rows)
@@ -71,15 +74,23 @@ def _per_history(cases: list[cd.Case], rows: dict[int, dict], folds: dict[str, i
 def _fold_rows(cases, t, ws, cutoffs, cv_) -> list[dict[str, Any]]:  # type: ignore[no-untyped-def]
     out = []
     for fo in cv_:
-        w, cut = ws[fo["setting"]], cutoffs[fo["cutoff"]]
+        st, cut = ws[fo["setting"]], cutoffs[fo["cutoff"]]
+        w = st.weights
         mem, rec = cv._medians(t, fo["train"])
         test = [_row(t, i, fo["setting"], fo["cutoff"]) for i in fo["test"].tolist()]
-        real = [cd.real(cases[i], _with_cutoff(w, cut)) for i in fo["test"].tolist()]
+        real = [cd.real(cases[i], _with_cutoff(w, cut), st.share) for i in fo["test"].tolist()]
         out.append(
             {
                 "fold": fo["fold"],
                 "histories": sorted({cases[i].history for i in fo["test"].tolist()}),
-                "chosen": {"cutoff": cut, "blend": w.blend, "recency": w.recency, "files": w.files},
+                "chosen": {
+                    "cutoff": cut,
+                    "blend": w.blend,
+                    "recency": w.recency,
+                    "files": w.files,
+                    "semantic": w.semantic,
+                    "share": st.share,
+                },
                 "train": {
                     "median_memory_ratio": round(float(mem[fo["setting"], fo["cutoff"]]), 3),
                     "median_recall": round(float(rec[fo["setting"], fo["cutoff"]]), 3),
@@ -92,7 +103,7 @@ def _fold_rows(cases, t, ws, cutoffs, cv_) -> list[dict[str, Any]]:  # type: ign
 
 
 def _with_cutoff(w: sel.Weights, cut: float) -> sel.Weights:
-    return sel.Weights(cutoff=cut, blend=w.blend, recency=w.recency, files=w.files)
+    return sel.Weights(cut, w.blend, w.recency, w.files, w.semantic)
 
 
 def result(cases, t, ws, cutoffs, folds, cv_) -> dict[str, Any]:  # type: ignore[no-untyped-def]
@@ -115,7 +126,10 @@ def result(cases, t, ws, cutoffs, folds, cv_) -> dict[str, Any]:  # type: ignore
         "curve": cv.held_out_curve(t, cv_, cutoffs),
         "folds": _fold_rows(cases, t, ws, cutoffs, cv_),
         "consensus_defaults": cv.consensus(ws, cutoffs, cv_),
-        "grid": {"cutoffs": cutoffs, "settings": [w.__dict__ for w in ws]},
+        "grid": {
+            "cutoffs": cutoffs,
+            "settings": [{**st.weights.__dict__, "share": st.share} for st in ws],
+        },
         "histories": per_h,
     }
 
@@ -133,15 +147,20 @@ def markdown(r: dict[str, Any]) -> str:
         f"tokens: {h['stories']} stories ({h['scored']} with relevant learnings), "
         f"{h['histories']} histories.",
         "",
-        "| | median memory ratio | median recall | median prompt ratio (logs > 10k) |",
-        "|---|---:|---:|---:|",
+        "| | median memory ratio | same, scored stories | median recall "
+        "| median prompt ratio (logs > 10k) |",
+        "|---|---:|---:|---:|---:|",
     ]
     for name, x in (("ralph-index (held-out)", h), ("naive baseline", b), ("oracle", o)):
         lines.append(
-            f"| {name} | {_fmt(x['median_memory_ratio'])} | {_fmt(x['median_recall'])} "
+            f"| {name} | {_fmt(x['median_memory_ratio'])} "
+            f"| {_fmt(x['median_memory_ratio_scored'])} | {_fmt(x['median_recall'])} "
             f"| {_fmt(x['median_prompt_ratio_log_over_10k'])} |"
         )
-    lines += ["", f"Histories with median recall < 0.5: {h['histories_recall_below_0.5'] or 'none'}"]
+    lines += [
+        "",
+        f"Histories with median recall < 0.5: {h['histories_recall_below_0.5'] or 'none'}",
+    ]
     lines += ["", "## Trade-off curve (held-out, cut-off moving)", ""]
     lines += ["| cut-off | memory ratio | recall |", "|---:|---:|---:|"]
     lines += [
@@ -152,7 +171,8 @@ def markdown(r: dict[str, Any]) -> str:
     lines += ["", f"Consensus defaults (median of the folds' choices): {r['consensus_defaults']}"]
     lines += ["", "## Per history (held-out)", ""]
     lines += [
-        "| history | fold | stories | scored | memory ratio | recall | baseline memory | baseline recall |",
+        "| history | fold | stories | scored | memory ratio | recall "
+        "| baseline memory | baseline recall |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for x in r["histories"]:
@@ -173,7 +193,8 @@ def _fold_lines(folds: list[dict[str, Any]]) -> list[str]:
         c, tr, ho, rp = f["chosen"], f["train"], f["held_out"], f["held_out_real_path"]
         lines.append(
             f"| {f['fold']} | cut-off {c['cutoff']}, blend {c['blend']}, recency "
-            f"{c['recency']}, files {c['files']} | {_fmt(tr['median_memory_ratio'])} / "
+            f"{c['recency']}, files {c['files']}, semantic {c['semantic']}, share "
+            f"{c['share']} | {_fmt(tr['median_memory_ratio'])} / "
             f"{_fmt(tr['median_recall'])} | {_fmt(ho['median_memory_ratio'])} / "
             f"{_fmt(ho['median_recall'])} | {_fmt(rp['median_memory_ratio'])} / "
             f"{_fmt(rp['median_recall'])} |"
@@ -189,19 +210,48 @@ def plot(r: dict[str, Any], png: Path) -> None:
 
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 5))
     pts = [p for p in r["curve"] if p["recall"] is not None]
-    ax.plot([p["memory_ratio"] for p in pts], [p["recall"] for p in pts], "o-", label="ralph-index, cut-off moving")
+    ax.plot(
+        [p["memory_ratio"] for p in pts],
+        [p["recall"] for p in pts],
+        "o-",
+        label="ralph-index, cut-off moving",
+    )
     for p in pts:
         ax.annotate(str(p["cutoff"]), (p["memory_ratio"], p["recall"]), fontsize=7)
-    for name, x, mark in (("held-out operating point", r["headline"], "*"), ("naive baseline", r["baseline"], "s"), ("oracle", r["oracle"], "D")):
+    for name, x, mark in (
+        ("held-out operating point", r["headline"], "*"),
+        ("naive baseline", r["baseline"], "s"),
+        ("oracle", r["oracle"], "D"),
+    ):
         ax.plot([x["median_memory_ratio"]], [x["median_recall"]], mark, markersize=11, label=name)
     ax.axvspan(0, 0.15, ymin=0.9 / 1.05, alpha=0.1, color="green", label="target")
-    ax.set(xlabel="median memory ratio", ylabel="median recall", ylim=(0, 1.05), title="Held-out folds (5-fold CV by history)")
+    ax.set(
+        xlabel="median memory ratio",
+        ylabel="median recall",
+        ylim=(0, 1.05),
+        title="Held-out folds (5-fold CV by history)",
+    )
     ax.legend(fontsize=8)
     hs = [h for h in r["histories"] if h["median_recall"] is not None]
-    bx.scatter([h["median_memory_ratio"] for h in hs], [h["median_recall"] for h in hs], label="ralph-index")
-    bx.scatter([h["baseline_memory_ratio"] for h in hs], [h["baseline_recall"] for h in hs], marker="s", alpha=0.5, label="baseline")
+    bx.scatter(
+        [h["median_memory_ratio"] for h in hs],
+        [h["median_recall"] for h in hs],
+        label="ralph-index",
+    )
+    bx.scatter(
+        [h["baseline_memory_ratio"] for h in hs],
+        [h["baseline_recall"] for h in hs],
+        marker="s",
+        alpha=0.5,
+        label="baseline",
+    )
     bx.axhline(0.5, ls=":", color="grey")
-    bx.set(xlabel="median memory ratio", ylabel="median recall", ylim=(-0.05, 1.05), title="Per history (held-out)")
+    bx.set(
+        xlabel="median memory ratio",
+        ylabel="median recall",
+        ylim=(-0.05, 1.05),
+        title="Per history (held-out)",
+    )
     bx.legend(fontsize=8)
     fig.tight_layout()
     png.parent.mkdir(parents=True, exist_ok=True)

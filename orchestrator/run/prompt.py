@@ -104,6 +104,8 @@ class Inputs:
     blend: float | None = None  # None: select.DEFAULT_BLEND
     recency: float | None = None  # None: select.DEFAULT_RECENCY
     files: float | None = None  # None: select.DEFAULT_FILES
+    semantic: float | None = None  # None: select.DEFAULT_SEMANTIC
+    ref_share: float | None = None  # None: REFERENCES_SHARE
     tree: Sequence[str] = ()  # the repository's files (`git ls-files`) when known
     stories: dict[str, str] = field(default_factory=dict)  # prd.json id -> text, for ranking
 
@@ -371,12 +373,17 @@ def _select(inp: Inputs, sources: Sequence[Any], room: int | None) -> sel.Select
         blend=sel.DEFAULT_BLEND if inp.blend is None else inp.blend,
         recency=sel.DEFAULT_RECENCY if inp.recency is None else inp.recency,
         files=sel.DEFAULT_FILES if inp.files is None else inp.files,
+        semantic=sel.DEFAULT_SEMANTIC if inp.semantic is None else inp.semantic,
         tree=inp.tree,
         ref_cap=inp.ref_cap,
         stories=_other_stories(inp),
         history=inp.progress_text,
         encoding=inp.encoding,
     )
+
+
+def _share(inp: Inputs) -> float:
+    return REFERENCES_SHARE if inp.ref_share is None else inp.ref_share
 
 
 def _missing_rows(inp: Inputs) -> list[dict[str, Any]]:
@@ -408,9 +415,7 @@ def build_indexed(inp: Inputs, *, with_counterfactual: bool = True) -> Assembled
     sources = [
         r for r in inp.references if getattr(r, "exists", True) and not getattr(r, "is_area", False)
     ]
-    room = (
-        None if inp.budget is None else min(inp.budget - base_n, int(REFERENCES_SHARE * inp.budget))
-    )
+    room = None if inp.budget is None else min(inp.budget - base_n, int(_share(inp) * inp.budget))
     while True:
         selection = _select(inp, sources, room)
         vals = {**base_vals, "references": sel.render(selection, sources)}

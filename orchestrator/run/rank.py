@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import operator
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -175,6 +176,42 @@ def positions(counts: np.ndarray) -> np.ndarray:
     return at
 
 
+@dataclass
+class _Corpus:
+    """The query-independent part of `term_counts` for one list of references."""
+
+    index: tuple[RefIndex, ...]  # held, so the identity check below stays valid
+    ids: np.ndarray  # each word's vocabulary position
+    owner: np.ndarray  # each word's text
+    lengths: np.ndarray  # terms per text
+    holders: dict[str, list[tuple[int, int]]]  # term -> (vocabulary word, count in it)
+
+
+_LAST: list[_Corpus] = []
+
+
+def _corpus(index: Sequence[RefIndex], text_words: np.ndarray) -> _Corpus:
+    """Built once per list of references (the RefIndex objects are cached by content, so
+    the same references give the same objects): a prompt asks only for its own terms."""
+    last = _LAST[0] if _LAST else None
+    if last and len(last.index) == len(index) and all(map(operator.is_, last.index, index)):
+        return last
+    words = list(itertools.chain.from_iterable(ix.words for ix in index))
+    vocab = {w: i for i, w in enumerate(dict.fromkeys(words))}
+    ids = np.fromiter(map(vocab.__getitem__, words), dtype=np.intp, count=len(words))
+    owner = np.repeat(np.arange(len(text_words)), text_words)
+    n_terms = np.zeros(len(vocab))
+    holders: dict[str, list[tuple[int, int]]] = {}
+    for w, i in vocab.items():
+        terms = _word_terms(w)
+        n_terms[i] = len(terms)
+        for t, c in Counter(terms).items():
+            holders.setdefault(t, []).append((i, c))
+    lengths = np.bincount(owner, weights=n_terms[ids], minlength=len(text_words))
+    _LAST[:] = [_Corpus(tuple(index), ids, owner, lengths, holders)]
+    return _LAST[0]
+
+
 def term_counts(
     index: Sequence[RefIndex], text_words: np.ndarray, col: Mapping[str, int]
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -182,26 +219,17 @@ def term_counts(
     of all references one after the other. The same figures as `profile` of each text:
     a text's terms are its words' terms (`_word_terms`), so each distinct word is split
     once, and a word's terms are counted per text with numpy."""
-    n_texts = len(text_words)
-    words = list(itertools.chain.from_iterable(ix.words for ix in index))
-    vocab = {w: i for i, w in enumerate(dict.fromkeys(words))}
-    ids = np.fromiter(map(vocab.__getitem__, words), dtype=np.intp, count=len(words))
-    owner = np.repeat(np.arange(n_texts), text_words)
-    n_terms = np.zeros(len(vocab))
-    weights = np.zeros((len(vocab), len(col)))
-    for w, i in vocab.items():
-        terms = _word_terms(w)
-        n_terms[i] = len(terms)
-        for t in terms:
-            j = col.get(t)
-            if j is not None:
-                weights[i, j] += 1
-    lengths = np.bincount(owner, weights=n_terms[ids], minlength=n_texts)
-    tf = np.zeros((n_texts, len(col)))
+    c = _corpus(index, text_words)
+    n_vocab = int(c.ids.max(initial=-1)) + 1
+    weights = np.zeros((n_vocab, len(col)))
+    for t, j in col.items():
+        for i, k in c.holders.get(t, ()):
+            weights[i, j] += k
+    tf = np.zeros((len(text_words), len(col)))
     holds = np.asarray(weights.any(axis=1), dtype=bool)  # words holding a query term
-    hit = np.flatnonzero(holds[ids]) if len(col) else np.zeros(0, dtype=int)
-    np.add.at(tf, owner[hit], weights[ids[hit]])
-    return lengths, tf
+    hit = np.flatnonzero(holds[c.ids]) if len(col) else np.zeros(0, dtype=int)
+    np.add.at(tf, c.owner[hit], weights[c.ids[hit]])
+    return c.lengths, tf
 
 
 def bm25(query: Sequence[str], docs: Sequence[Sequence[str]]) -> list[float]:

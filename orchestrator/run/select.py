@@ -321,6 +321,7 @@ def select(
     history: str = "",
     recency: float = DEFAULT_RECENCY,
     files: float = DEFAULT_FILES,
+    semantic: float = DEFAULT_SEMANTIC,
     tree: Sequence[str] = (),
     encoding: str = tok.DEFAULT_ENCODING,
 ) -> Selection:
@@ -331,7 +332,7 @@ def select(
     An item too long for the room left is trimmed at a line boundary when at least
     `_MIN_TRIM` tokens of it fit, else skipped.
     """
-    w = Weights(cutoff, blend, recency, files)
+    w = Weights(cutoff, blend, recency, files, semantic)
     sc = score(query, sources, w, stories=stories, history=history, tree=tree)
     return take(
         sc,
