@@ -11,7 +11,7 @@ import pytest
 
 from orchestrator import cli, project, tokens
 from orchestrator.errors import EXIT_BUDGET, ConfigError
-from orchestrator.memory.prd import Prd
+from orchestrator.memory.prd import Prd, Story
 from orchestrator.memory.store import Memory
 from orchestrator.run import prompt
 
@@ -303,3 +303,9 @@ def test_an_earlier_story_with_the_same_id_is_not_ranked_by_this_storys_text(
     )
     out = assemble(root)
     assert "logout must clear it" in out.text and "qqz" not in out.text
+
+
+def test_ranking_query_leaves_out_the_story_id() -> None:
+    # "US-008" would match an "SC-008" learning by its number; an id says nothing of content.
+    query = prompt._query(Story(id="US-008", title="US-008 theme toggle"))
+    assert "US-008" not in query and "theme toggle" in query
