@@ -209,6 +209,14 @@ def plot(r: dict[str, Any], png: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 5))
+    _curve(ax, r)
+    _histories(bx, r)
+    fig.tight_layout()
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png, dpi=110)
+
+
+def _curve(ax: Any, r: dict[str, Any]) -> None:
     pts = [p for p in r["curve"] if p["recall"] is not None]
     ax.plot(
         [p["memory_ratio"] for p in pts],
@@ -224,14 +232,26 @@ def plot(r: dict[str, Any], png: Path) -> None:
         ("oracle", r["oracle"], "D"),
     ):
         ax.plot([x["median_memory_ratio"]], [x["median_recall"]], mark, markersize=11, label=name)
+        ax.plot(
+            [x["median_memory_ratio_scored"]],
+            [x["median_recall"]],
+            mark,
+            markersize=11,
+            fillstyle="none",
+            label=f"{name}, memory on scored stories only",
+        )
     ax.axvspan(0, 0.15, ymin=0.9 / 1.05, alpha=0.1, color="green", label="target")
+    ax.set_xlim(0, 0.45)
     ax.set(
         xlabel="median memory ratio",
         ylabel="median recall",
         ylim=(0, 1.05),
         title="Held-out folds (5-fold CV by history)",
     )
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7, loc="lower right")
+
+
+def _histories(bx: Any, r: dict[str, Any]) -> None:
     hs = [h for h in r["histories"] if h["median_recall"] is not None]
     bx.scatter(
         [h["median_memory_ratio"] for h in hs],
@@ -253,9 +273,6 @@ def plot(r: dict[str, Any], png: Path) -> None:
         title="Per history (held-out)",
     )
     bx.legend(fontsize=8)
-    fig.tight_layout()
-    png.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(png, dpi=110)
 
 
 def write(r: dict[str, Any], out: Path, png: Path) -> None:

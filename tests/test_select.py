@@ -373,7 +373,7 @@ def test_predicted_files_rank_the_learnings_of_the_story_that_touched_them() -> 
         sel.Source("Pages", "ralph/references/pages.md", "# Pages\n\n- [US-002] Forms autosave\n"),
     ]
     query = "Add a due-date column to the TaskList"
-    plain, _ = sel.score_items(query, refs, history=LOG, recency=0.0)
+    plain, _ = sel.score_items(query, refs, history=LOG, recency=0.0, files=0.0)
     with_files, _ = sel.score_items(query, refs, history=LOG, recency=0.0, files=0.5)
     assert plain == [0.0, 0.0]  # no word in common with either learning
     assert with_files[0] > 0.0 == with_files[1]  # TaskList.tsx was US-001's file
