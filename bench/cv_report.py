@@ -226,16 +226,18 @@ def _curve(ax: Any, r: dict[str, Any]) -> None:
     )
     for p in pts:
         ax.annotate(str(p["cutoff"]), (p["memory_ratio"], p["recall"]), fontsize=7)
-    for name, x, mark in (
-        ("held-out operating point", r["headline"], "*"),
-        ("naive baseline", r["baseline"], "s"),
-        ("oracle", r["oracle"], "D"),
+    for name, x, mark, color in (
+        ("held-out operating point", r["headline"], "*", "tab:orange"),
+        ("naive baseline", r["baseline"], "s", "tab:green"),
+        ("oracle", r["oracle"], "D", "tab:red"),
     ):
-        ax.plot([x["median_memory_ratio"]], [x["median_recall"]], mark, markersize=11, label=name)
+        at = ([x["median_memory_ratio"]], [x["median_recall"]])
+        ax.plot(*at, mark, color=color, markersize=11, label=name)
         ax.plot(
             [x["median_memory_ratio_scored"]],
             [x["median_recall"]],
             mark,
+            color=color,
             markersize=11,
             fillstyle="none",
             label=f"{name}, memory on scored stories only",
