@@ -172,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--png", type=Path, default=cb.ROOT / "docs" / "img" / "selection_curve.png")
     ap.add_argument("--only", help="substring of history folder names")
     ap.add_argument("--quick", action="store_true", help="a small grid")
+    ap.add_argument("--grid", type=json.loads, default={}, help="e.g. '{\"share\": [0.1]}'")
     ap.add_argument("--budget", type=int, default=16000)
     ap.add_argument("--ref-cap", type=int, default=800)
     args = ap.parse_args(argv)
@@ -179,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     cases = load_cases(args.corpus, args)
     t_load = time.perf_counter() - t0
-    ws = settings(QUICK if args.quick else GRID)
+    ws = settings({**(QUICK if args.quick else GRID), **args.grid})
     table = score_table(cases, ws, CUTOFFS)
     counts: dict[str, int] = {}
     for c in cases:
