@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+
 from orchestrator import tokens
 from orchestrator.run import rank, where
 from orchestrator.run import select as sel
@@ -385,3 +387,14 @@ def test_predicted_files_rank_the_learnings_of_the_story_that_touched_them() -> 
     ]
     got, _ = sel.score_items(query, noted, recency=0.0, files=0.5)
     assert got[0] > 0.0
+
+
+def test_repository_tree_lets_a_story_name_a_new_file_in_a_known_folder() -> None:
+    # The story names a file no earlier story touched; the tree (`git ls-files`) knows it,
+    # and its folder is where US-001 worked: that group gets the area's share.
+    files = [("src/components/TaskList.tsx",), ("src/pages/Settings.tsx",)]
+    query = frozenset(sel.tokenize("Add a DueDatePicker"))
+    prior = np.zeros(2)
+    assert where.scores(query, files, prior).tolist() == [0.0, 0.0]
+    got = where.scores(query, files, prior, tree=["src/components/DueDatePicker.tsx"])
+    assert got[0] == 1.0 and got[1] == 0.0
