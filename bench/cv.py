@@ -43,8 +43,16 @@ GRID = {
     "files": [0.25, 0.5],
     "semantic": [0.0, 0.3],
     "share": [0.1, 0.15, 0.25],
+    "floor": [0.0],
 }
-QUICK = {"blend": [0.2], "recency": [0.2], "files": [0.25], "semantic": [0.0], "share": [0.25]}
+QUICK = {
+    "blend": [0.2],
+    "recency": [0.2],
+    "files": [0.25],
+    "semantic": [0.0],
+    "share": [0.25],
+    "floor": [0.0],
+}
 
 
 @dataclass(frozen=True)
@@ -54,6 +62,7 @@ class Setting:
 
     weights: sel.Weights
     share: float
+    floor: float = 0.0  # an absolute score floor (experimental; 0: none)
 
 
 def fold_of(names: list[str], n_cases: dict[str, int], k: int = FOLDS) -> dict[str, int]:
@@ -88,9 +97,9 @@ def load_cases(corpus: Path, args: argparse.Namespace) -> list[cd.Case]:
 
 
 def settings(grid: dict[str, list[float]]) -> list[Setting]:
-    keys = ("blend", "recency", "files", "semantic", "share")
+    keys = ("blend", "recency", "files", "semantic", "share", "floor")
     return [
-        Setting(sel.Weights(blend=v[0], recency=v[1], files=v[2], semantic=v[3]), v[4])
+        Setting(sel.Weights(blend=v[0], recency=v[1], files=v[2], semantic=v[3]), v[4], v[5])
         for v in itertools.product(*(grid[k] for k in keys))
     ]
 
@@ -103,7 +112,7 @@ def score_table(cases: list[cd.Case], ws: list[Setting], cutoffs: list[float]) -
         for j, st in enumerate(ws):
             if st.weights not in scored:
                 scored[st.weights] = cd.weights_of(c, st.weights)
-            for m, f in enumerate(cd.sweep(c, scored[st.weights], cutoffs, st.share)):
+            for m, f in enumerate(cd.sweep(c, scored[st.weights], cutoffs, st.share, st.floor)):
                 rec = np.nan if f["recall"] is None else f["recall"]
                 out[i, j, m] = (f["memory_ratio"], rec, f["prompt_ratio"])
     return out

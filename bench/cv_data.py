@@ -145,13 +145,17 @@ def room(c: Case, share: float) -> int:
     return min(c.free, int(share * c.inp.budget))
 
 
-def sweep(c: Case, scored: sel.Scored, cutoffs: list[float], share: float) -> list[dict[str, Any]]:
+def sweep(
+    c: Case, scored: sel.Scored, cutoffs: list[float], share: float, floor: float = 0.0
+) -> list[dict[str, Any]]:
     """Figures at each cut-off over one scoring: the selection `select` makes (same
     ceiling, same caps), its references block counted as the prompt renders it."""
     out = []
     sources = _sources(c)
     for cut in cutoffs:
-        s = sel.take(scored, sources, cutoff=cut, budget=room(c, share), ref_cap=c.inp.ref_cap)
+        s = sel.take(
+            scored, sources, cutoff=cut, budget=room(c, share), ref_cap=c.inp.ref_cap, floor=floor
+        )
         block = sel.render(s, sources)
         mem = c.idx_base - c.idx_empty + (tok.count(block) + 1 if block else 0)
         out.append(figures(c, mem, _found(c, block)))

@@ -90,6 +90,7 @@ def _fold_rows(cases, t, ws, cutoffs, cv_) -> list[dict[str, Any]]:  # type: ign
                     "files": w.files,
                     "semantic": w.semantic,
                     "share": st.share,
+                    "floor": st.floor,  # bench only: the real path has no floor
                 },
                 "train": {
                     "median_memory_ratio": round(float(mem[fo["setting"], fo["cutoff"]]), 3),

@@ -346,12 +346,14 @@ def select(
     )
 
 
-def _order(sc: Scored, tiers: np.ndarray, cutoff: float) -> tuple[np.ndarray, list[int]]:
+def _order(
+    sc: Scored, tiers: np.ndarray, cutoff: float, floor: float = 0.0
+) -> tuple[np.ndarray, list[int]]:
     """(items passing their bar, items in the order they are tried):
     the story's own references in file order, then by score the items above the cut-off
     (`always` ones above ALWAYS_SHARE of it; ties: file order)."""
     top = sc.scores.max(initial=0.0)
-    bar = np.where(tiers == 1, ALWAYS_SHARE * cutoff, cutoff) * top
+    bar = np.maximum(np.where(tiers == 1, ALWAYS_SHARE * cutoff, cutoff) * top, floor)
     passing = (tiers > 0) & (sc.scores > 0.0) & (sc.scores >= bar)
     hinted_items = np.flatnonzero(tiers == 0)
     ranked = np.flatnonzero(passing)
@@ -369,14 +371,16 @@ def take(
     always: Iterable[str] = (),
     ref_cap: int | None = None,
     encoding: str = tok.DEFAULT_ENCODING,
+    floor: float = 0.0,
 ) -> Selection:
     """The items `sc` ranks above the cut-off, best first, while `budget` and `ref_cap`
-    leave room (the bench sweeps the cut-off over one `score`)."""
+    leave room (the bench sweeps the cut-off over one `score`). `floor` is an absolute
+    score below which nothing is taken: bench/cv.py searches it, cross-validation keeps 0."""
     story_refs = hinted(sources, story_hints)
     always_refs = [i for i in hinted(sources, always) if i not in story_refs]
     tier = {r: 0 for r in story_refs} | {r: 1 for r in always_refs}
     tiers = np.array([tier.get(r, 2) for r in range(len(sources))], dtype=int)[sc.refs]
-    passing, order = _order(sc, tiers, cutoff)
+    passing, order = _order(sc, tiers, cutoff, floor)
     stats = _dropped(sc, tiers > 0, passing, len(sources))
     offsets = _offsets(sc.index)
     left = budget if budget is not None else 10**12
