@@ -4,7 +4,7 @@
     .venv/bin/python bench/corpus_bench.py --only tap  # histories whose folder name matches
 
 For each history with entries E1..En and each k >= 2: build the indexed memory from E1..E(k-1)
-(`migrate.build_memory`, or bench/interim_memory.py until it exists), take story k from
+(`migrate.build_memory`, what `ralph migrate` runs), take story k from
 prd.json (else its id and the title from Ek's heading, never Ek's body), assemble the
 indexed and the full prompt, and measure prompt ratio, memory ratio, recall of the relevant
 earlier learnings (Ek's changed files are used only to score, never given to the selector)
@@ -35,19 +35,10 @@ from orchestrator.run import prompt as pr  # noqa: E402
 from orchestrator.run import select as sel  # noqa: E402
 
 
-def memory_builder(interim: bool = False) -> tuple[Any, str]:
-    if interim:
-        from interim_memory import build_memory
+def memory_builder() -> tuple[Any, str]:
+    from orchestrator.upkeep.migrate import build_memory
 
-        return build_memory, "bench/interim_memory.py"
-    try:
-        from orchestrator.upkeep.migrate import build_memory  # type: ignore[attr-defined]
-
-        return build_memory, "orchestrator.upkeep.migrate.build_memory"
-    except ImportError:
-        from interim_memory import build_memory
-
-        return build_memory, "bench/interim_memory.py (migrate.py not available)"
+    return build_memory, "orchestrator.upkeep.migrate.build_memory"
 
 
 @dataclass(frozen=True)
@@ -330,16 +321,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ref-cap", type=int, default=800, help="references.max_tokens")
     ap.add_argument("--cutoff", type=float, default=sel.DEFAULT_CUTOFF)
     ap.add_argument("--blend", type=float, default=sel.DEFAULT_BLEND)
-    ap.add_argument(
-        "--memory",
-        choices=("migrate", "interim"),
-        default="migrate",
-        help="memory builder: migrate.build_memory, or bench/interim_memory.py",
-    )
     ap.add_argument("--no-plot", action="store_true")
     ap.add_argument("--no-scale", action="store_true", help="skip the 1,000-reference timing")
     cfg = ap.parse_args(argv)
-    build_memory, builder = memory_builder(cfg.memory == "interim")
+    build_memory, builder = memory_builder()
     folders = sorted(p for p in cfg.corpus.iterdir() if (p / "progress.txt").is_file())
     if cfg.only:
         folders = [f for f in folders if cfg.only in f.name]

@@ -86,6 +86,13 @@ def output(args: Sequence[str], cwd: Path) -> str | None:
     return out.stdout if out.returncode == 0 else None
 
 
+def tracked_files(cwd: Path, limit: int = 20_000) -> list[str]:
+    """The repository's tracked files (`git ls-files`), at most `limit` of them; [] outside
+    git. What a story may touch: the selector matches the names a story's text mentions."""
+    out = output(["ls-files", "-z"], cwd)
+    return [p for p in out.split("\0") if p][:limit] if out else []
+
+
 def _line(args: Sequence[str], cwd: Path) -> str | None:
     out = output(args, cwd)
     return out.strip() or None if out else None

@@ -104,3 +104,16 @@ def test_undecodable_path_bytes_do_not_crash(repo: Path) -> None:
         pytest.skip("file system refuses non-UTF-8 names")
     entries = git.status(repo) or []
     assert len(entries) == 1 and entries[0].path.startswith("caf")
+
+
+def test_tracked_files_are_what_git_tracks(repo: Path, tmp_path: Path) -> None:
+    (repo / "src" / "api").mkdir(parents=True)
+    (repo / "src" / "api" / "user profile.ts").write_text("x\n")
+    (repo / "notes.txt").write_text("untracked\n")
+    sh(repo, "add", "src")
+    sh(repo, "commit", "-qm", "add")
+    files = git.tracked_files(repo)
+    assert "src/api/user profile.ts" in files  # -z: names with spaces kept whole
+    assert "notes.txt" not in files
+    assert git.tracked_files(repo, limit=1) == files[:1]
+    assert git.tracked_files(tmp_path / "nowhere") == []

@@ -11,7 +11,7 @@ import pytest
 
 from orchestrator import cli, project, tokens
 from orchestrator.errors import EXIT_BUDGET, ConfigError
-from orchestrator.memory.prd import Prd
+from orchestrator.memory.prd import Prd, Story
 from orchestrator.memory.store import Memory
 from orchestrator.run import prompt
 
@@ -110,11 +110,15 @@ def test_story_hint_selects_a_reference_without_a_word_in_common(tmp_path: Path)
     assert row["reason"] == "hint: story"
 
 
-def test_always_topics_from_ralph_yaml(tmp_path: Path) -> None:
+def test_always_topics_from_ralph_yaml_take_part_item_by_item(tmp_path: Path) -> None:
     root = make_project(tmp_path)
     (root / "ralph.yaml").write_text("references:\n  always: [Release]\n")
     out = assemble(root)
-    assert "Bump the version" in out.text and "logout must clear it" in out.text
+    # The budget is a ceiling: an `always` reference that says nothing about this story
+    # (logging out) stays out, however much room is left.
+    assert "logout must clear it" in out.text and "Bump the version" not in out.text
+    row = next(r for r in out.considered if r["path"] == "ralph/references/release.md")
+    assert row["reason"] == "no match" and not row["taken"]
 
 
 def test_fix_up_notes_come_first(tmp_path: Path) -> None:
@@ -299,3 +303,9 @@ def test_an_earlier_story_with_the_same_id_is_not_ranked_by_this_storys_text(
     )
     out = assemble(root)
     assert "logout must clear it" in out.text and "qqz" not in out.text
+
+
+def test_ranking_query_leaves_out_the_story_id() -> None:
+    # "US-008" would match an "SC-008" learning by its number; an id says nothing of content.
+    query = prompt._query(Story(id="US-008", title="US-008 theme toggle"))
+    assert "US-008" not in query and "theme toggle" in query

@@ -124,7 +124,9 @@ def test_indexed_saves_late_on_a_long_history(long_project: tuple[Path, savings.
     assert t["saved_pct"] == round(
         100 * (t["full_tokens"] - t["indexed_tokens"]) / t["full_tokens"], 1
     )
-    assert t["saved_pct"] > 50
+    # 44% with the cross-validated defaults (cut-off 0.3, which keeps held-out recall at
+    # 0.9); 50% with the former corpus-tuned 0.45.
+    assert t["saved_pct"] > 40
 
 
 def test_cli_table_json_and_chart(

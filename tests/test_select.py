@@ -7,7 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+
 from orchestrator import tokens
+from orchestrator.run import rank, where
 from orchestrator.run import select as sel
 
 AUTH = sel.Source(
@@ -76,7 +79,7 @@ def test_cutoff_drops_weak_matches_even_with_room() -> None:
     assert any("below cut-off" in r["reason"] for r in strict.considered)
 
 
-def test_story_hint_and_always_come_first_even_without_a_match() -> None:
+def test_story_hint_comes_first_even_without_a_match() -> None:
     s = sel.select(
         "Add a logout button",
         SOURCES,
@@ -86,10 +89,62 @@ def test_story_hint_and_always_come_first_even_without_a_match() -> None:
     )
     rows = {r["path"]: r for r in s.considered}
     assert rows[RELEASE.path]["reason"] == "hint: story"
-    assert rows[DB.path]["reason"] == "always"
-    assert rows[DB.path]["taken_items"] == 3  # all of it, though nothing matches
+    assert rows[RELEASE.path]["taken_items"] == 2
     # Hints match topic names, slugs, file names and index paths alike.
     assert sel.hinted(SOURCES, ["DB Schema", "auth-flow.md", "nope"]) == [1, 0]
+
+
+def _patterns(n: int) -> sel.Source:
+    """An `always` reference of n unrelated bullets (~2k tokens for n = 130) and one about
+    the session cookie."""
+    filler = [
+        f"- Widget {i} renders its chart with the palette gradient number {i}\n" for i in range(n)
+    ]
+    body = (
+        "".join(filler[: n // 2])
+        + "- Session cookie names start with app_\n"
+        + "".join(filler[n // 2 :])
+    )
+    return sel.Source(
+        "Codebase patterns",
+        "ralph/references/codebase-patterns.md",
+        "# Codebase patterns\n\n" + body,
+    )
+
+
+def test_always_reference_takes_part_item_by_item_never_whole() -> None:
+    patterns = _patterns(130)
+    assert tokens.count(patterns.text) > 1900
+    sources = [AUTH, patterns]
+    s = sel.select(
+        "Logout ends the session cookie", sources, budget=None, always=["Codebase patterns"]
+    )
+    rows = {r["path"]: r for r in s.considered}
+    taken = [c.text for c in s.chunks if c.ref == 1]
+    assert taken == ["- Session cookie names start with app_\n"]
+    assert rows[patterns.path]["reason"] == "always, below cut-off"
+    assert rows[patterns.path]["taken_tokens"] < 20
+
+
+def test_always_item_passes_at_a_lower_bar_than_the_rest() -> None:
+    patterns = _patterns(4)
+    query = "Logout ends the session cookie"
+    scores, _ = sel.score_items(query, [AUTH, patterns], history="")
+    weak = max(scores[3:])  # the patterns' best item
+    cut = min(0.99, 1.5 * weak / max(scores))  # above the item's share, under twice it
+    plain = sel.select(query, [AUTH, patterns], budget=None, cutoff=cut)
+    marked = sel.select(
+        query, [AUTH, patterns], budget=None, cutoff=cut, always=["Codebase patterns"]
+    )
+    assert not any(c.ref == 1 for c in plain.chunks)
+    assert any(c.ref == 1 for c in marked.chunks)
+
+
+def test_irrelevant_reference_is_not_inlined_even_with_budget_room() -> None:
+    s = sel.select("Add a logout button that ends the session", SOURCES, budget=100_000)
+    assert RELEASE.path not in [SOURCES[r].path for r in s.refs]
+    assert s.tokens < 100  # the ceiling is far; relevance stopped the selection
+    assert all(r["taken_items"] == 0 for r in s.considered if r["path"] == DB.path)
 
 
 def test_budget_is_never_exceeded_and_drops_are_explained() -> None:
@@ -193,7 +248,7 @@ def test_bm25_scores_equal_bm25s() -> None:
     ref = bm25s.BM25()  # the library's own Lucene BM25 is the oracle
     ref.index([d or [""] for d in docs], show_progress=False)
     expected = ref.get_scores([t for t in query if t in ref.vocab_dict])
-    got = sel.bm25(query, docs)
+    got = rank.bm25(query, docs)
     assert len(got) == len(docs)
     assert all(abs(a - float(b)) < 1e-5 for a, b in zip(got, expected, strict=True))
 
@@ -218,7 +273,7 @@ def test_story_order_is_the_last_mention_in_the_log() -> None:
 
 def test_recency_picks_the_latest_stories_when_the_query_says_nothing() -> None:
     s = sel.select("Polish the onboarding wizard", [STEPS], budget=None, history=HISTORY)
-    got = [sel._tag(c.text) for c in s.chunks]
+    got = [rank.tag(c.text) for c in s.chunks]
     assert "[US-009]" in got and "[US-010]" in got  # the latest two, whatever their ids
     assert "[US-001]" not in got  # the oldest falls below the cut-off
     # Without the log (or with recency off) nothing matches, so nothing is taken.
@@ -247,11 +302,11 @@ def test_a_matching_old_story_still_beats_recency() -> None:
 def test_index_is_cached_per_reference_and_scores_do_not_change() -> None:
     q = "Log out and clear the session cookie"
     first = sel.score_items(q, SOURCES)
-    sel._ref_index.cache_clear()
+    rank.ref_index.cache_clear()
     assert sel.score_items(q, SOURCES) == first
-    assert sel._ref_index.cache_info().misses == len(SOURCES)
+    assert rank.ref_index.cache_info().misses == len(SOURCES)
     sel.score_items(q, SOURCES)
-    assert sel._ref_index.cache_info().misses == len(SOURCES)  # second call: all hits
+    assert rank.ref_index.cache_info().misses == len(SOURCES)  # second call: all hits
 
 
 def test_story_order_knows_dates_for_stories_without_an_id() -> None:
@@ -271,11 +326,11 @@ def test_story_order_reads_a_long_log_from_its_end() -> None:
     log = "".join(
         f"## 2026-01-01 - US-{n:05d}\n- did a thing for US-{n:05d}\n\n" for n in range(40_000)
     )
-    assert len(log) > sel._TAIL_FROM
-    order, whole = sel.story_order(log), sel._mentions(log, 0)
-    assert len(order) >= sel._TAIL_IDS
-    recent = sorted(order, key=lambda k: -order[k])[: sel._TAIL_IDS]
-    assert recent == sorted(whole, key=lambda k: -whole[k])[: sel._TAIL_IDS]
+    assert len(log) > rank._TAIL_FROM
+    order, whole = sel.story_order(log), rank._mentions(log, 0)
+    assert len(order) >= rank._TAIL_IDS
+    recent = sorted(order, key=lambda k: -order[k])[: rank._TAIL_IDS]
+    assert recent == sorted(whole, key=lambda k: -whole[k])[: rank._TAIL_IDS]
     assert all(order[k] == whole[k] for k in order)
 
 
@@ -287,3 +342,59 @@ def test_no_references_and_an_empty_reference_select_nothing_from_them() -> None
     s = sel.select("Log out and clear the session cookie", srcs, budget=None)
     assert 0 not in s.refs
     assert next(r for r in s.considered if r["path"] == "empty.md")["reason"] == "empty"
+
+
+LOG = """## Codebase Patterns
+- Use pnpm
+
+## 2026-01-02 - US-001
+Implemented the task list.
+### Files Changed
+- src/components/TaskList.tsx
+- src/api/tasks.ts
+### Learnings for Future Iterations
+- Rows are virtualised
+
+## 2026-01-03 - US-002
+Settings page.
+Files changed:
+- src/pages/Settings.tsx
+"""
+
+
+def test_entry_files_follow_the_entry_heading_over_sub_headings() -> None:
+    files = where.entry_files(LOG)
+    assert files["US-001"] == ("src/components/TaskList.tsx", "src/api/tasks.ts")
+    assert files["US-002"] == ("src/pages/Settings.tsx",)
+    assert where.entry_files("no headings at all") == {}
+
+
+def test_predicted_files_rank_the_learnings_of_the_story_that_touched_them() -> None:
+    refs = [
+        sel.Source("UI", "ralph/references/ui.md", "# UI\n\n- [US-001] Rows are virtualised\n"),
+        sel.Source("Pages", "ralph/references/pages.md", "# Pages\n\n- [US-002] Forms autosave\n"),
+    ]
+    query = "Add a due-date column to the TaskList"
+    plain, _ = sel.score_items(query, refs, history=LOG, recency=0.0, files=0.0)
+    with_files, _ = sel.score_items(query, refs, history=LOG, recency=0.0, files=0.5)
+    assert plain == [0.0, 0.0]  # no word in common with either learning
+    assert with_files[0] > 0.0 == with_files[1]  # TaskList.tsx was US-001's file
+    # A `files:` note on the item itself counts as well, without the log.
+    noted = [
+        sel.Source(
+            "UI", "ui.md", "# UI\n\n- [US-7] Rows are virtualised (files: src/TaskList.tsx)\n"
+        )
+    ]
+    got, _ = sel.score_items(query, noted, recency=0.0, files=0.5)
+    assert got[0] > 0.0
+
+
+def test_repository_tree_lets_a_story_name_a_new_file_in_a_known_folder() -> None:
+    # The story names a file no earlier story touched; the tree (`git ls-files`) knows it,
+    # and its folder is where US-001 worked: that group gets the area's share.
+    files = [("src/components/TaskList.tsx",), ("src/pages/Settings.tsx",)]
+    query = frozenset(sel.tokenize("Add a DueDatePicker"))
+    prior = np.zeros(2)
+    assert where.scores(query, files, prior).tolist() == [0.0, 0.0]
+    got = where.scores(query, files, prior, tree=["src/components/DueDatePicker.tsx"])
+    assert got[0] == 1.0 and got[1] == 0.0

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from orchestrator import fsutil, ledger
+from orchestrator import fsutil, git, ledger
 from orchestrator import tokens as tok
 from orchestrator.errors import EXIT_BUDGET, ConfigError, FatalError, InputError
 from orchestrator.memory import usage
@@ -106,6 +106,11 @@ class Inputs:
     paths: dict[str, str] = field(default_factory=dict)  # progress_path, prd_path, ...
     cutoff: float | None = None  # None: select.DEFAULT_CUTOFF
     blend: float | None = None  # None: select.DEFAULT_BLEND
+    recency: float | None = None  # None: select.DEFAULT_RECENCY
+    files: float | None = None  # None: select.DEFAULT_FILES
+    semantic: float | None = None  # None: select.DEFAULT_SEMANTIC
+    ref_share: float | None = None  # None: REFERENCES_SHARE
+    tree: Sequence[str] = ()  # the repository's files (`git ls-files`) when known
     stories: dict[str, str] = field(default_factory=dict)  # prd.json id -> text, for ranking
     prior: dict[str, float] = field(default_factory=dict)  # memory.usage: path -> boost
 
@@ -335,12 +340,9 @@ def _index_rows(inp: Inputs, chosen: Sequence[Any]) -> str:
     )
 
 
-def build_indexed(inp: Inputs, *, with_counterfactual: bool = True) -> Assembled:
-    # Imported here: ranking needs numpy (~0.4 s to import), which full mode, the ralph.sh
-    # path, never uses.
-    from orchestrator.run import select as sel
-
-    enc = inp.encoding
+def _fixed_part(inp: Inputs) -> tuple[dict[str, str], int, bool]:
+    """(template values without references, tokens of that prompt counted against the
+    budget, whether the whole index is inlined). Raises when it alone is over budget."""
     index = _index_block(inp)
     whole = _inline_whole(index, inp)
     if not whole:  # the rows come after selection; keep room for them
@@ -348,7 +350,7 @@ def build_indexed(inp: Inputs, *, with_counterfactual: bool = True) -> Assembled
     base_vals = _values(inp, index=index)
     base = render_template(inp.indexed_template, base_vals)
     # Only a budget needs the fixed part's size (encoding it costs as much as the prompt).
-    base_n = tok.count(base, enc) if inp.budget is not None else 0
+    base_n = tok.count(base, inp.encoding) if inp.budget is not None else 0
     if inp.budget is not None and not whole:
         base_n += int(INDEX_INLINE_SHARE * inp.budget)
     if inp.budget is not None and base_n > inp.budget:
@@ -358,41 +360,38 @@ def build_indexed(inp: Inputs, *, with_counterfactual: bool = True) -> Assembled
             "Run `ralph compact` to shrink the Progress Index, shorten the story, or raise "
             "budget.prompt_tokens in ralph.yaml."
         )
-    present = [
-        r for r in inp.references if getattr(r, "exists", True) and not getattr(r, "is_area", False)
-    ]
-    missing = [r for r in inp.references if not getattr(r, "exists", True)]
-    sources = present  # memory.Reference has the topic, path and text the selector reads
-    query = _query(inp.story)
-    room = (
-        None if inp.budget is None else min(inp.budget - base_n, int(REFERENCES_SHARE * inp.budget))
+    return base_vals, base_n, whole
+
+
+def _select(inp: Inputs, sources: Sequence[Any], room: int | None) -> sel.Selection:
+    from orchestrator.run import select as sel
+
+    return sel.select(
+        _query(inp.story),
+        sources,
+        budget=room,
+        story_hints=getattr(inp.story, "references", None) or (),
+        always=inp.always,
+        cutoff=sel.DEFAULT_CUTOFF if inp.cutoff is None else inp.cutoff,
+        blend=sel.DEFAULT_BLEND if inp.blend is None else inp.blend,
+        recency=sel.DEFAULT_RECENCY if inp.recency is None else inp.recency,
+        files=sel.DEFAULT_FILES if inp.files is None else inp.files,
+        semantic=sel.DEFAULT_SEMANTIC if inp.semantic is None else inp.semantic,
+        tree=inp.tree,
+        ref_cap=inp.ref_cap,
+        stories=_other_stories(inp),
+        history=inp.progress_text,
+        encoding=inp.encoding,
+        prior=inp.prior,
     )
-    while True:
-        selection = sel.select(
-            query,
-            sources,
-            budget=room,
-            story_hints=getattr(inp.story, "references", None) or (),
-            always=inp.always,
-            cutoff=sel.DEFAULT_CUTOFF if inp.cutoff is None else inp.cutoff,
-            blend=sel.DEFAULT_BLEND if inp.blend is None else inp.blend,
-            ref_cap=inp.ref_cap,
-            stories=_other_stories(inp),
-            history=inp.progress_text,
-            encoding=enc,
-            prior=inp.prior,
-        )
-        refs = sel.render(selection, sources)
-        vals = {**base_vals, "references": refs}
-        if not whole:
-            vals["index"] = _index_rows(inp, _by_relevance(selection, sources))
-        text = render_template(inp.indexed_template, vals)
-        n = tok.count(text, enc)
-        # Headings added around the chunks cost a few tokens the selector did not see.
-        if inp.budget is None or n <= inp.budget or room is None or room <= 0:
-            break
-        room -= n - inp.budget
-    considered = selection.considered + [
+
+
+def _share(inp: Inputs) -> float:
+    return REFERENCES_SHARE if inp.ref_share is None else inp.ref_share
+
+
+def _missing_rows(inp: Inputs) -> list[dict[str, Any]]:
+    return [
         {
             "path": r.path,
             "topic": r.topic,
@@ -404,8 +403,35 @@ def build_indexed(inp: Inputs, *, with_counterfactual: bool = True) -> Assembled
             "taken": False,
             "reason": "file missing",
         }
-        for r in missing
+        for r in inp.references
+        if not getattr(r, "exists", True)
     ]
+
+
+def build_indexed(inp: Inputs, *, with_counterfactual: bool = True) -> Assembled:
+    # Imported here: ranking needs numpy (~0.4 s to import), which full mode, the ralph.sh
+    # path, never uses.
+    from orchestrator.run import select as sel
+
+    enc = inp.encoding
+    base_vals, base_n, whole = _fixed_part(inp)
+    # memory.Reference has the topic, path and text the selector reads
+    sources = [
+        r for r in inp.references if getattr(r, "exists", True) and not getattr(r, "is_area", False)
+    ]
+    room = None if inp.budget is None else min(inp.budget - base_n, int(_share(inp) * inp.budget))
+    while True:
+        selection = _select(inp, sources, room)
+        vals = {**base_vals, "references": sel.render(selection, sources)}
+        if not whole:
+            vals["index"] = _index_rows(inp, _by_relevance(selection, sources))
+        text = render_template(inp.indexed_template, vals)
+        n = tok.count(text, enc)
+        # Headings added around the chunks cost a few tokens the selector did not see.
+        if inp.budget is None or n <= inp.budget or room is None or room <= 0:
+            break
+        room -= n - inp.budget
+    considered = selection.considered + _missing_rows(inp)
     parts = _parts(vals, n, ("story", "index", "references", "notes"), enc)
 
     def counts() -> Counts:
@@ -438,11 +464,12 @@ def _other_stories(inp: Inputs) -> dict[str, str]:
 
 
 def _query(story: Any) -> str:
+    """The story's text for ranking, without its own id: an id says nothing about what a
+    story touches, and its number matches other ids ("US-008" would find "SC-008")."""
     text = getattr(story, "text", None)
-    if callable(text):
-        query: str = text()  # prd.Story.text
-        return query
-    return render_story(story)
+    query: str = text() if callable(text) else render_story(story)  # prd.Story.text
+    sid = str(getattr(story, "id", "") or "")
+    return query.replace(sid, " ") if sid else query
 
 
 def resolve_mode(mode: str, index_rows: int, *, fresh_index: bool = False) -> str:
@@ -558,6 +585,7 @@ def inputs_for(
             "branch": branch,
         },
         stories=stories,
+        tree=tuple(git.tracked_files(Path(project.root))),
         prior=usage.prior_of(
             project.ledger_path,
             [r.path for r in memory.references],
