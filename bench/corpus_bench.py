@@ -33,6 +33,7 @@ from orchestrator.memory.prd import Prd, Story  # noqa: E402
 from orchestrator.memory.progress import Progress, new_progress_text  # noqa: E402
 from orchestrator.run import prompt as pr  # noqa: E402
 from orchestrator.run import select as sel  # noqa: E402
+from orchestrator.run import templates  # noqa: E402
 
 
 def memory_builder() -> tuple[Any, str]:
@@ -184,8 +185,8 @@ def inputs(
         progress_text=log_text,
         index_text=index_text,
         references=refs,
-        indexed_template=pr.builtin_template("prompt.md"),
-        full_template=pr.builtin_template("prompt-full.md"),
+        indexed_template=templates.builtin_template("prompt.md"),
+        full_template=templates.builtin_template("prompt-full.md"),
         budget=cfg.budget,
         ref_cap=cfg.ref_cap,
         cutoff=cfg.cutoff,

@@ -11,6 +11,7 @@ from typing import Any
 from orchestrator.memory.prd import Story
 from orchestrator.memory.progress import Progress
 from orchestrator.run import prompt as pr
+from orchestrator.run import templates
 
 
 def _fmt(x: Any, nd: int = 2) -> str:
@@ -57,8 +58,8 @@ def scale_timing(folders: Any, cfg: Any, n_refs: int = 1000, repeats: int = 5) -
         progress_text="",
         index_text=index,
         references=refs,
-        indexed_template=pr.builtin_template("prompt.md"),
-        full_template=pr.builtin_template("prompt-full.md"),
+        indexed_template=templates.builtin_template("prompt.md"),
+        full_template=templates.builtin_template("prompt-full.md"),
         budget=None,
         ref_cap=cfg.ref_cap,
         cutoff=cfg.cutoff,

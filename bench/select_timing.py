@@ -79,14 +79,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     t0, c0 = time.perf_counter(), time.process_time()
     from orchestrator.run import prompt as pr  # timed: a first call pays its imports
+    from orchestrator.run import templates
 
     inp = pr.Inputs(
         story=story,
         progress_text=log,
         index_text=index,
         references=refs,
-        indexed_template=pr.builtin_template("prompt.md"),
-        full_template=pr.builtin_template("prompt-full.md"),
+        indexed_template=templates.builtin_template("prompt.md"),
+        full_template=templates.builtin_template("prompt-full.md"),
         budget=16000,
         ref_cap=800,
     )

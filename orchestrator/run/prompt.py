@@ -22,22 +22,27 @@ project. The bench calls the pure ones directly.
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from orchestrator import fsutil, git, ledger
+from orchestrator import git, ledger
 from orchestrator import tokens as tok
-from orchestrator.errors import EXIT_BUDGET, ConfigError, FatalError, InputError
+from orchestrator.errors import EXIT_BUDGET, FatalError, InputError
 from orchestrator.memory import usage
 from orchestrator.memory.prd import Prd
 from orchestrator.memory.store import Memory
 from orchestrator.project import Project
+from orchestrator.run.templates import (
+    Template,
+    builtin_template,
+    indexed_template,
+    render_template,
+    user_prompt_file,
+)
 
 if TYPE_CHECKING:
     from orchestrator.run import select as sel
@@ -45,20 +50,6 @@ if TYPE_CHECKING:
 log = structlog.get_logger()
 
 MODES = ("auto", "indexed", "full")
-USER_TEMPLATE = "prompt.template.md"
-TEMPLATE_FIELDS = (
-    "story",
-    "story_id",
-    "story_title",
-    "notes",
-    "index",
-    "references",
-    "progress",
-    "progress_path",
-    "prd_path",
-    "references_dir",
-    "branch",
-)
 # References may fill at most this share of budget.prompt_tokens: with the relevance cut-off,
 # a second bound that keeps the prompt small when many items match (bench/README.md).
 REFERENCES_SHARE = 0.25
@@ -70,7 +61,6 @@ INDEX_INLINE_SHARE = 0.05
 # A table has far fewer tokens than this many characters each: longer is surely too big to
 # inline, without encoding it.
 _CHARS_PER_TOKEN_MAX = 8
-_PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_]+)\s*\}\}")
 
 
 class PromptOverBudget(FatalError):
@@ -79,12 +69,6 @@ class PromptOverBudget(FatalError):
     larger budget, not an edit of an input file, hence not an InputError."""
 
     exit_code = EXIT_BUDGET
-
-
-@dataclass(frozen=True)
-class Template:
-    name: str  # where it came from, for messages and `--json`
-    text: str
 
 
 @dataclass
@@ -186,28 +170,6 @@ def render_notes(notes: Sequence[str]) -> str:
         return ""
     body = "\n".join(f"- {n.strip()}" for n in notes if n.strip())
     return f"\n## Fix first (from the last iteration's checks)\n{body}\n" if body else ""
-
-
-def render_template(template: Template, values: dict[str, str]) -> str:
-    """Fill `{{name}}` placeholders in one pass (values are never re-scanned).
-
-    A placeholder alone on its line whose value is empty takes its line with it, so a
-    prompt without notes has no blank gap.
-    """
-    unknown = sorted({m.group(1) for m in _PLACEHOLDER.finditer(template.text)} - set(values))
-    if unknown:
-        raise ConfigError(
-            f"{template.name}: unknown placeholder(s) "
-            f"{', '.join('{{' + u + '}}' for u in unknown)}; "
-            f"valid ones are {', '.join(TEMPLATE_FIELDS)}"
-        )
-    lines = []
-    for line in template.text.splitlines(keepends=True):
-        m = _PLACEHOLDER.fullmatch(line.strip())
-        if m and not values[m.group(1)].strip():
-            continue
-        lines.append(line)
-    return _PLACEHOLDER.sub(lambda m: values[m.group(1)], "".join(lines))
 
 
 def _values(inp: Inputs, **parts: str) -> dict[str, str]:
@@ -501,39 +463,6 @@ def build(inp: Inputs, mode: str, index_rows: int, *, fresh_index: bool = False)
 
 
 # ----------------------------------------------------------------------------- projects
-
-
-def builtin_template(name: str) -> Template:
-    text = resources.files("orchestrator.templates").joinpath(name).read_text(encoding="utf-8")
-    return Template(f"built-in templates/{name}", text)
-
-
-def _read_template(path: Path, what: str) -> Template:
-    try:
-        return Template(str(path), fsutil.read_bytes(path).decode("utf-8"))
-    except FileNotFoundError as exc:
-        raise ConfigError(f"{what}: {path} does not exist; fix the path or remove it") from exc
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{what}: {path} is not UTF-8 text") from exc
-
-
-def indexed_template(project: Project) -> Template:
-    configured = project.config.template
-    if configured:
-        return _read_template(Path(project.root) / configured, "ralph.yaml template")
-    local = Path(project.ralph_dir) / USER_TEMPLATE
-    if fsutil.present(local):
-        return _read_template(local, USER_TEMPLATE)
-    return builtin_template("prompt.md")
-
-
-def user_prompt_file(ralph_dir: Path, tool: str | None) -> Template | None:
-    """Ralph's prompt for this tool, exactly as ralph.sh would pipe it to the agent."""
-    path = Path(ralph_dir) / ("CLAUDE.md" if tool == "claude" else "prompt.md")
-    if not fsutil.present(path):
-        return None
-    # Bytes unchanged: decoded losslessly so the runner can write back the same bytes.
-    return Template(str(path), fsutil.read_bytes(path).decode("utf-8", errors="surrogateescape"))
 
 
 def _rel(path: Path, root: Path) -> str:
