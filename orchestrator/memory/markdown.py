@@ -69,6 +69,8 @@ def split_row(line: str) -> list[str] | None:
     body = line.strip()
     if not (body.startswith("|") and body.endswith("|")) or len(body) < 2:
         return None
+    if "\\" not in body:  # no escaped bar: a plain split gives the same cells, ~20x faster
+        return [c.strip() for c in body[1:-1].split("|")]
     cells, cur, i = [], "", 1
     while i < len(body) - 1:
         ch = body[i]

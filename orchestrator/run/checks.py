@@ -26,10 +26,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-import structlog
-
 from orchestrator import fsutil, git, redact
 from orchestrator.errors import InputError, PathEscapeError
+from orchestrator.log import get_logger
 from orchestrator.memory import areas, refloss
 from orchestrator.memory.history import merge_history
 from orchestrator.memory.markdown import malformed_rows, split_lines
@@ -42,7 +41,7 @@ if TYPE_CHECKING:
     from orchestrator.memory.references import ReferenceStore
     from orchestrator.project import Project
 
-log = structlog.get_logger()
+log = get_logger()
 
 Severity = Literal["error", "warning", "info"]
 

@@ -13,12 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import structlog
-
 from orchestrator import fsutil, git, redact
 from orchestrator.agents import limits, runner
 from orchestrator.agents.base import AgentResult
 from orchestrator.errors import InputError
+from orchestrator.log import get_logger
 from orchestrator.run import checks
 
 if TYPE_CHECKING:
@@ -27,7 +26,7 @@ if TYPE_CHECKING:
     from orchestrator.run.loop import Loop
     from orchestrator.run.prompt import Assembled
 
-log = structlog.get_logger()
+log = get_logger()
 SENTINEL = "<promise>COMPLETE</promise>"
 
 

@@ -22,8 +22,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import structlog
-
 from orchestrator import ledger, stopsignals
 from orchestrator import log as runlog
 from orchestrator.agents import runner
@@ -37,13 +35,14 @@ from orchestrator.errors import (
     Interrupted,
     Stuck,
 )
+from orchestrator.log import get_logger
 from orchestrator.project import ensure_logs_dir
 from orchestrator.run import archive, notify
 from orchestrator.run.budget import Budget
 from orchestrator.run.display import Display, summary_line
 from orchestrator.run.iteration import SENTINEL, Attempt, Iteration
 
-log = structlog.get_logger()
+log = get_logger()
 RETRY_DELAY_CAP = 3600.0  # the longest backoff between two retries of a failing agent
 
 

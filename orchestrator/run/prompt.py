@@ -29,16 +29,15 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import structlog
-
 from orchestrator import fsutil
 from orchestrator import tokens as tok
 from orchestrator.errors import EXIT_BUDGET, ConfigError, FatalError, InputError
+from orchestrator.log import get_logger
 
 if TYPE_CHECKING:
     from orchestrator.run import select as sel
 
-log = structlog.get_logger()
+log = get_logger()
 
 MODES = ("auto", "indexed", "full")
 USER_TEMPLATE = "prompt.template.md"

@@ -18,17 +18,16 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import structlog
-
 from orchestrator import fsutil, tokens
 from orchestrator.errors import InputError
+from orchestrator.log import get_logger
 from orchestrator.memory import areas, refloss
 from orchestrator.memory.journal import Transaction
 from orchestrator.memory.markdown import sections
 from orchestrator.project import ensure_logs_dir
 from orchestrator.upkeep import audit
 
-log = structlog.get_logger()
+log = get_logger()
 
 LOG_ARCHIVE = "progress-log.md"
 ARCHIVED_HEADING = "## Archived"

@@ -18,10 +18,9 @@ from datetime import date
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import structlog
-
 from orchestrator import fsutil, tokens
 from orchestrator.errors import InputError
+from orchestrator.log import get_logger
 from orchestrator.memory import areas as area_refs
 from orchestrator.memory.markdown import section_starts
 from orchestrator.memory.references import slugify
@@ -30,7 +29,7 @@ from orchestrator.upkeep.audit import SimilarIndex
 if TYPE_CHECKING:
     from orchestrator.memory.prd import Prd
 
-log = structlog.get_logger()
+log = get_logger()
 
 PATTERNS_TOPIC = "Codebase patterns"
 INDEX_HEADING = "## Progress Index"
