@@ -435,7 +435,10 @@ def test_index_section_is_just_the_table() -> None:
 
 # -- the index read from the top of the log equals the one the whole split finds ----------
 
-_INDEX = "## Progress Index\n| Topic | Reference Path |\n|---|---|\n| Auth | ralph/references/auth.md |\n\n"
+_INDEX = (
+    "## Progress Index\n| Topic | Reference Path |\n|---|---|\n"
+    "| Auth | ralph/references/auth.md |\n\n"
+)
 _ENTRY = "## 2026-01-02 - US-001\n- did it\n---\n"
 PREFIX_CASES = {
     "index then entries": HEADER.format(date="d") + "\n" + _INDEX + _ENTRY * 3,

@@ -235,12 +235,22 @@ class Progress:
 
     @property
     def index_rows(self) -> list[IndexRow]:
-        return _parse_rows(self.index_text)
+        return [IndexRow(r.topic, r.path) for r in self._rows]  # copies: callers may edit
+
+    @functools.cached_property
+    def _rows(self) -> list[IndexRow]:
+        return _parse_rows(self.index_text)  # 10,000 rows: read once per Progress
 
     @property
     def entries(self) -> list[Entry]:
         """The log's entries in file order (a copy; reading them is cached)."""
         return list(self._entries)
+
+    @property
+    def entry_texts(self) -> list[str]:
+        """Each entry's text (`Entry.text`), without reading the entries: comparing two
+        versions of a long log needs no more (`entry_from` reads one)."""
+        return [s.text for s in self._segments if s.kind == "entry"]
 
     @property
     def entry_count(self) -> int:
@@ -358,6 +368,11 @@ def _insert_row(lines: list[str], row: str, nl: str) -> str:
     if not lines[last].endswith("\n"):
         lines[last] += nl
     return "".join(lines[: last + 1]) + row + "".join(lines[last + 1 :])
+
+
+def entry_from(text: str) -> Entry:
+    """The Entry of one entry's text (one of `Progress.entry_texts`)."""
+    return _entry(text)
 
 
 def _entry(text: str) -> Entry:
