@@ -277,15 +277,17 @@ def indexed_project(root: Path, n_stories: int, n_refs: int, seed: int = 7) -> P
     return root
 
 
-def big_log_project(root: Path, megabytes: float, n_refs: int = 100, seed: int = 7) -> Path:
-    """An indexed project (3,000 stories, `n_refs` references) whose progress.txt then grows
-    with further log entries to about `megabytes` MB: a project years into its loop."""
-    indexed_project(root, 3000, n_refs, seed)
+def big_log_project(
+    root: Path, megabytes: float, n_refs: int = 100, n_stories: int = 3000, seed: int = 7
+) -> Path:
+    """An indexed project (`n_stories` stories, `n_refs` references) whose progress.txt then
+    grows with further log entries to about `megabytes` MB: a project years into its loop."""
+    indexed_project(root, n_stories, n_refs, seed)
     path = root / "scripts" / "ralph" / "progress.txt"
     target = int(megabytes * 1_000_000)
     size = path.stat().st_size
-    per = max(1, size // 3000)  # bytes per entry, roughly
-    extra = stories(3000 + max(0, target - size) // per + 1, seed)[3000:]
+    per = max(1, size // n_stories)  # bytes per entry, roughly
+    extra = stories(n_stories + 2 * max(0, target - size) // per + 1, seed)[n_stories:]
     with open(path, "a", encoding="utf-8") as f:
         for s in extra:
             if size >= target:
