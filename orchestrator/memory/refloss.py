@@ -127,6 +127,8 @@ def distinctive_terms(text: str) -> set[str]:
 
 def assess(old: str, new: str) -> Loss | None:
     """A Loss when `new` wiped `old` rather than condensing it (module doc); else None."""
+    if new == old:
+        return None  # most references are untouched by an iteration
     before = content_lines(old)
     if len(before) < MIN_LINES:
         return None

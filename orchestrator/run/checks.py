@@ -384,8 +384,9 @@ def _check_references(
     snap: Snapshot, project: Project, report: CheckReport, progress: Progress | None
 ) -> None:
     store = project.references
-    _repair_references(snap, project, report, _reference_bytes(project))
-    after = _reference_bytes(project)  # again: repairs put the old versions back
+    after = _reference_bytes(project)
+    if _repair_references(snap, project, report, after):
+        after = _reference_bytes(project)  # again: repairs put the old versions back
     changed = sorted(p for p, d in after.items() if snap.references.get(p) != d)
     report.updated_references = changed
     if progress is None:
@@ -406,8 +407,10 @@ def _check_references(
 
 def _repair_references(
     snap: Snapshot, project: Project, report: CheckReport, after: dict[str, bytes]
-) -> None:
-    """Put back references the agent deleted or wiped (refloss.assess: not condensed)."""
+) -> bool:
+    """Put back references the agent deleted or wiped (refloss.assess: not condensed).
+    True when it tried to (the folder may have changed)."""
+    tried = False
     for index_path, data in snap.references.items():
         now = after.get(index_path)
         if now is None:
@@ -435,7 +438,9 @@ def _repair_references(
         except PathEscapeError as exc:  # the folder itself was swapped for a symlink out
             report.add("reference_unrestorable", "error", str(exc), "", index_path)
             continue
+        tried = True
         _restore(project, report, target, data)
+    return tried
 
 
 def _restore_rows(
