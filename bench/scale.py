@@ -166,6 +166,7 @@ def measure(
     timeout: float,
     fresh: bool,
     baseline: Path | None = None,
+    source: Path | None = None,
 ) -> dict[str, Any]:
     """Median of `repeats` runs; `fresh` runs each on a new copy (commands that write).
     With `baseline`, each repeat runs that checkout first, then this one."""
@@ -174,11 +175,11 @@ def measure(
     if baseline is not None and not fresh:
         # Unmeasured: the first run on a project fills its token-count cache, and the
         # baseline, which runs first, must not pay that alone.
-        _one(argv, project, timeout, fresh, None)
+        _one(argv, project, timeout, fresh, source)
     for _ in range(repeats):
         if baseline is not None:
             base.append(_one(argv, project, timeout, fresh, baseline))
-        r = _one(argv, project, timeout, fresh, None)
+        r = _one(argv, project, timeout, fresh, source)
         runs.append(r)
         if r["exit"] is None:
             break  # a timed-out command is not worth repeating
@@ -240,7 +241,14 @@ def run_axis(
                     continue
                 fresh = argv == ["migrate"]
                 row = measure(
-                    label, argv, project, args.repeats, args.timeout, fresh, args.baseline
+                    label,
+                    argv,
+                    project,
+                    args.repeats,
+                    args.timeout,
+                    fresh,
+                    args.baseline,
+                    args.source,
                 )
                 row.update(axis=axis, size=size)
                 _keep(rows, row, args)
@@ -298,7 +306,9 @@ def run_extras(work: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
     for axis, size, label, argv, project, fresh in jobs:
         if args.only and label.split()[0].lstrip("-") not in args.only and axis not in args.only:
             continue
-        row = measure(label, argv, project, args.repeats, args.timeout, fresh, args.baseline)
+        row = measure(
+            label, argv, project, args.repeats, args.timeout, fresh, args.baseline, args.source
+        )
         row.update(axis=axis, size=size)
         _keep(rows, row, args)
     for project in (small, big, loop):
@@ -483,6 +493,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="also time the checkout in DIR, run after run (before -> after cells)",
     )
     ap.add_argument(
+        "--source",
+        type=Path,
+        metavar="DIR",
+        help="time the checkout in DIR instead of the installed ralph (e.g. a frozen copy)",
+    )
+    ap.add_argument(
         "--no-extras",
         dest="extras",
         action="store_false",
@@ -491,8 +507,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--big-log", type=float, default=BIG_LOG_MB, help="MB (default 50)")
     ap.add_argument("--iteration-refs", type=int, default=ITERATION_REFS)
     args = ap.parse_args(argv)
-    if args.baseline is not None and not (args.baseline / "orchestrator").is_dir():
-        ap.error(f"--baseline {args.baseline}: no orchestrator/ package there")
+    for flag, where in (("--baseline", args.baseline), ("--source", args.source)):
+        if where is not None and not (where / "orchestrator").is_dir():
+            ap.error(f"{flag} {where}: no orchestrator/ package there")
     if args.quick:
         args.repeats = 1
         args.history = args.history or list(QUICK_HISTORY)
