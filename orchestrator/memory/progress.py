@@ -23,6 +23,7 @@ from orchestrator.memory.markdown import (
     escape_cell,
     fenced_lines,
     is_section_start,
+    section_starts,
     split_lines,
 )
 
@@ -69,7 +70,7 @@ class _Segment:
 def _split(text: str) -> list[_Segment]:
     lines = split_lines(text)
     fenced = fenced_lines(lines)
-    starts = [i for i, line in enumerate(lines) if is_section_start(line) and i not in fenced]
+    starts = section_starts(lines, fenced)
     segments = [_Segment("header", "".join(lines[: starts[0] if starts else len(lines)]))]
     for n, start in enumerate(starts):
         end = starts[n + 1] if n + 1 < len(starts) else len(lines)
@@ -431,7 +432,8 @@ def extract_date(heading: str) -> str | None:
 
 def looks_like_entry(heading: str) -> bool:
     text = re.sub(r"^#+\s*", "", heading)
-    return bool(extract_story_ids(text) or _DATE.search(text) or _ENTRY_WORD.match(text))
+    # The date first: most entry headings have one, and it is the cheapest test.
+    return bool(_DATE.search(text) or extract_story_ids(text) or _ENTRY_WORD.match(text))
 
 
 def _body_story_ids(text: str) -> list[str]:
