@@ -481,3 +481,27 @@ def test_index_from_the_top_equals_the_whole_split_on_the_corpus(path: Path) -> 
         fast, whole = Progress.parse(text), _whole(text)
         assert fast.index_text == whole.index_text
         assert fast.entry_count == whole.entry_count
+
+
+@pytest.mark.parametrize(
+    "text", ["", "a", "a\n", "\n\n", "a\nb", "a\r\nb\x0c c\n\n", "x\u2028y\n", "## h\n```\n"]
+)
+def test_split_lines_cuts_after_each_newline_only(text: str) -> None:
+    import re
+
+    from orchestrator.memory.markdown import split_lines
+
+    assert split_lines(text) == re.findall(r"[^\n]*\n|[^\n]+\Z", text)
+    assert "".join(split_lines(text)) == text
+
+
+def test_fenced_lines_and_section_starts_on_a_long_log_with_fences() -> None:
+    from orchestrator.memory.markdown import SECTION_START, fenced_lines, section_starts
+
+    block = "## 2026-01-01 - US-1\n```md\n## not a section\n```\n~~~\n## inside\n~~~~\n"
+    lines = (block * 50 + "```\n## after an unclosed fence\n").splitlines(keepends=True)
+    fenced = fenced_lines(lines)
+    assert section_starts(lines) == [
+        i for i, line in enumerate(lines) if i not in fenced and SECTION_START.match(line)
+    ]
+    assert len(section_starts(lines)) == 51  # 50 entries + the heading after the stray ```
