@@ -23,8 +23,8 @@ import json
 import os
 import secrets
 import time
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -53,6 +53,73 @@ def _order_keys(_logger: WrappedLogger, _name: str, event_dict: EventDict) -> Ev
     ordered = {k: event_dict.pop(k) for k in _FIRST_KEYS if k in event_dict}
     ordered.update(event_dict)
     return ordered
+
+
+def saved_pct(full: float, used: float, digits: int | None = 1) -> float:
+    """Percent of `full` (tokens Ralph would have loaded) that `used` saved; 0.0 when full is
+    0. Rounded to `digits` (1, as ledger records and reports store it; None: unrounded)."""
+    pct = 100.0 * (full - used) / full if full else 0.0
+    return pct if digits is None else round(pct, digits)
+
+
+def optional(default: Any = None) -> Any:
+    """A record field written only when it differs from `default`: a field added later
+    leaves the records of runs that never set it exactly as they were."""
+    return field(default=default, metadata={"omit_if": default})
+
+
+@dataclass(frozen=True)
+class IterationRecord:
+    """What one iteration produced: the loop decides on its fields, `to_json()` is the
+    ledger's `iteration` record (schema in docs/architecture.md; the keys in this order).
+    A new field goes last, declared with `optional()`."""
+
+    iteration: int
+    story_id: str
+    story_title: str
+    mode: str
+    agent: str
+    model: str | None
+    prompt_tokens: int
+    prompt_tokens_estimated: bool
+    full_history_tokens: int
+    saved_tokens: int = field(init=False)
+    saved_pct: float = field(init=False)
+    selected_references: list[str]
+    usage: dict[str, int] | None
+    cost_usd: float | None
+    duration_s: float
+    exit_code: int | None
+    outcome: str
+    timed_out: str | None
+    killed_processes: list[str]  # processes the agent left behind that had to be ended
+    attempts: int
+    completion: str | None  # "complete", "false" (claimed, stories remain), None
+    committed: bool
+    files_changed: bool
+    error: str | None
+    checks: dict[str, Any]  # checks.CheckReport.to_dict()
+    updated_references: list[str]
+    transcript: str
+    # Which references the agent opened (memory.usage); absent when its stream hides reads.
+    opened_references: list[str] | None = optional()
+    missed_references: list[str] | None = optional()  # opened though not inlined
+    untouched_references: list[str] | None = optional()  # inlined, never opened or updated
+    progress_reads: int | None = optional()  # whole reads of progress.txt despite the rule
+
+    def __post_init__(self) -> None:
+        if self.outcome not in OUTCOMES:
+            raise ValueError(f"unknown outcome {self.outcome!r}; expected {OUTCOMES}")
+        saved = self.full_history_tokens - self.prompt_tokens
+        object.__setattr__(self, "saved_tokens", saved)
+        object.__setattr__(
+            self, "saved_pct", saved_pct(self.full_history_tokens, self.prompt_tokens)
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """The record's JSON object (a deep copy: later changes to it leave the record)."""
+        omit = {f.name: f.metadata["omit_if"] for f in fields(self) if "omit_if" in f.metadata}
+        return {k: v for k, v in asdict(self).items() if k not in omit or v != omit[k]}
 
 
 class LedgerWriteError(FatalError):
@@ -143,7 +210,9 @@ class Ledger:
         """Append one record (`event` names its kind): a whole line or nothing."""
         self._log.msg(event, **fields)
 
-    def iteration(self, record: dict[str, Any]) -> None:
+    def iteration(self, record: IterationRecord | Mapping[str, Any]) -> None:
+        if isinstance(record, IterationRecord):
+            record = record.to_json()
         if record.get("outcome") not in OUTCOMES:
             raise ValueError(f"unknown outcome {record.get('outcome')!r}; expected {OUTCOMES}")
         self.event("iteration", **record)
@@ -272,9 +341,7 @@ class Totals:
 
     @property
     def saved_pct(self) -> float:
-        if not self.full_history_tokens:
-            return 0.0
-        return 100.0 * self.saved_tokens / self.full_history_tokens
+        return saved_pct(self.full_history_tokens, self.prompt_tokens, digits=None)
 
     @property
     def agent_tokens(self) -> int:
@@ -282,7 +349,10 @@ class Totals:
 
     def as_dict(self) -> dict[str, Any]:
         d = dict(self.__dict__)
-        d.update(saved_tokens=self.saved_tokens, saved_pct=round(self.saved_pct, 1))
+        d.update(
+            saved_tokens=self.saved_tokens,
+            saved_pct=saved_pct(self.full_history_tokens, self.prompt_tokens),
+        )
         return d
 
 

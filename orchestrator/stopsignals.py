@@ -13,7 +13,10 @@ Only the standard library: `cli.py` imports this module to compute the exit code
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import os
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 
@@ -82,3 +85,25 @@ def deferred() -> Iterator[None]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def stop_with_parent(parent: int) -> bool:
+    """Ask the kernel (Linux) to send this process SIGTERM when `parent` ends, however it
+    ends: a `ralph ab` killed with SIGKILL cannot stop its arms itself, and an arm left
+    running would go on spending tokens for nobody. SIGTERM takes the usual stop path (the
+    agent's tree ended, the iteration recorded). If `parent` is already gone, stop now.
+    False where the kernel cannot do it (not Linux, no libc)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0) != 0:
+            return False
+    except (OSError, AttributeError):
+        return False
+    if os.getppid() != parent:  # it ended before the request was in place
+        os.kill(os.getpid(), signal.SIGTERM)
+    return True

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pexpect
+import psutil
 import pytest
 
 from orchestrator.cli import main
@@ -115,6 +116,45 @@ def test_interrupted_ab_leaves_no_stray_copies_or_worktrees(tmp_path: Path) -> N
     # No agent or arm process survives the interrupt.
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     assert str(out) not in ps
+
+
+def test_an_ab_killed_by_sigkill_leaves_no_arm_running(tmp_path: Path) -> None:
+    """SIGKILL gives `ralph ab` no chance to stop its arms: the kernel does (PDEATHSIG)."""
+    project = examples.copy_example("recipe-box", tmp_path / "proj")
+    out = tmp_path / "out"
+    ab_proc = subprocess.Popen(
+        [sys.executable, "-m", "orchestrator", "ab", "--tool", "sim", "--out", str(out), "30"]
+        + ["--parallel"],
+        cwd=project,
+        env=ENV,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not list(out.glob("work/*/ralph/logs/*/iteration-1.log")):
+            assert time.monotonic() < deadline, "arms never started"
+            time.sleep(0.2)
+    finally:
+        ab_proc.kill()
+        ab_proc.wait(timeout=30)
+    deadline = time.monotonic() + 60
+    while True:
+        left = _running_under(out)
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert not left, f"arms still running after ab was killed: {left}"
+
+
+def _running_under(folder: Path) -> list[str]:
+    """Command lines of the processes whose working directory is inside `folder`."""
+    found = []
+    for proc in psutil.process_iter(["cmdline", "cwd"]):
+        cwd = proc.info.get("cwd") or ""
+        if cwd.startswith(str(folder)):
+            found.append(" ".join(proc.info.get("cmdline") or []))
+    return found
 
 
 def test_report_command_reproduces_the_ab_report(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import multiprocessing
 from pathlib import Path
@@ -29,6 +30,101 @@ def _it(n: int, **kw) -> dict:
     }
     rec.update(kw)
     return rec
+
+
+# What `Iteration.record` built as a dict before the record had a type: the keys in this
+# order, saved_* derived from the token counts.
+_RECORD_INPUT = {
+    "iteration": 3,
+    "story_id": "US-003",
+    "story_title": "Add priority",
+    "mode": "indexed",
+    "agent": "claude",
+    "model": "claude-sonnet-4-5",
+    "prompt_tokens": 1234,
+    "prompt_tokens_estimated": True,
+    "full_history_tokens": 5678,
+    "selected_references": ["ralph/references/db.md"],
+    "usage": {"input_tokens": 10, "output_tokens": 5, "cache_read_tokens": 0},
+    "cost_usd": 0.25,
+    "duration_s": 12.5,
+    "exit_code": 0,
+    "outcome": "passed",
+    "timed_out": None,
+    "killed_processes": ["sleep 100"],
+    "attempts": 2,
+    "completion": None,
+    "committed": True,
+    "files_changed": True,
+    "error": None,
+    "checks": {"ok": True, "findings": [{"kind": "not_passed", "path": None}]},
+    "updated_references": ["ralph/references/db.md"],
+    "transcript": "ralph/logs/r1/iteration-3.log",
+}
+
+
+def _dict_as_before(inp: dict) -> dict:
+    """The dict Iteration.record returned before IterationRecord (its code, inlined)."""
+    saved = inp["full_history_tokens"] - inp["prompt_tokens"]
+    keys = list(inp)
+    at = keys.index("full_history_tokens") + 1
+    out = {k: inp[k] for k in keys[:at]}
+    out["saved_tokens"] = saved
+    out["saved_pct"] = (
+        round(100 * saved / inp["full_history_tokens"], 1) if inp["full_history_tokens"] else 0.0
+    )
+    out.update({k: inp[k] for k in keys[at:]})
+    return out
+
+
+@pytest.mark.parametrize("full", [5678, 0, 1234, 1000])
+def test_iteration_record_serialises_to_the_dict_of_before(tmp_path: Path, full: int) -> None:
+    inp = {**_RECORD_INPUT, "full_history_tokens": full}
+    rec = ledger.IterationRecord(**inp)
+    assert list(rec.to_json().items()) == list(_dict_as_before(inp).items())
+    # Through the ledger: identity first, then the record's keys in the same order.
+    path = tmp_path / "ledger.jsonl"
+    with ledger.Ledger(path, run_id="r1") as led:
+        led.iteration(rec)
+        led.iteration(_dict_as_before(inp))  # a plain dict still works (tests, old callers)
+    typed, plain = (json.loads(line) for line in path.read_text().splitlines())
+    assert list(typed)[:5] == ["event", "ts", "run_id", "iteration", "story_id"]
+    typed.pop("ts"), plain.pop("ts")
+    assert list(typed.items()) == list(plain.items())
+
+
+def test_iteration_record_is_a_copy_and_checks_its_outcome() -> None:
+    rec = ledger.IterationRecord(**_RECORD_INPUT)
+    out = rec.to_json()
+    out["checks"]["ok"] = False
+    assert rec.checks["ok"] is True
+    with pytest.raises(ValueError, match="unknown outcome"):
+        ledger.IterationRecord(**{**_RECORD_INPUT, "outcome": "great"})
+
+
+def test_an_optional_field_is_written_only_when_set() -> None:
+    """How a later field is added: declared with `optional()`, a record that does not set it
+    serialises exactly as before."""
+
+    @dataclasses.dataclass(frozen=True)
+    class Extended(ledger.IterationRecord):
+        opened_references: list[str] | None = ledger.optional()
+
+    plain = ledger.IterationRecord(**_RECORD_INPUT).to_json()
+    assert Extended(**_RECORD_INPUT).to_json() == plain
+    opened = Extended(**_RECORD_INPUT, opened_references=["ralph/references/db.md"]).to_json()
+    assert list(opened) == [*plain, "opened_references"]
+
+
+@pytest.mark.parametrize(
+    ("full", "used"), [(0, 0), (0, 10), (3, 1), (400, 100), (100, 150), (7, 7), (1000, 1)]
+)
+def test_saved_pct_is_the_one_rule_every_caller_had(full: int, used: int) -> None:
+    exact = 100.0 * (full - used) / full if full else 0.0
+    assert ledger.saved_pct(full, used, digits=None) == exact
+    assert ledger.saved_pct(full, used) == round(exact, 1)
+    t = ledger.totals([{"event": "iteration", "prompt_tokens": used, "full_history_tokens": full}])
+    assert t.saved_pct == exact and t.as_dict()["saved_pct"] == round(exact, 1)
 
 
 def test_lines_are_json_with_identity_first(tmp_path: Path) -> None:

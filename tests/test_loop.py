@@ -10,13 +10,15 @@ import pytest
 from run_helpers import git, make_project
 
 from orchestrator import ledger
-from orchestrator.agents import limits
+from orchestrator.agents import get_agent, limits
 from orchestrator.agents.base import AgentResult, Usage
 from orchestrator.agents.runner import RunOutcome
 from orchestrator.errors import BudgetExhausted, Stuck
+from orchestrator.memory.prd import Prd
+from orchestrator.memory.progress import Progress
 from orchestrator.project import locate
 from orchestrator.run.display import Display
-from orchestrator.run.iteration import Attempt, WorkState
+from orchestrator.run.iteration import Attempt, Context, Iteration, WorkState
 from orchestrator.run.loop import Loop, RunOptions
 
 NOW = datetime(2026, 11, 30, 6, 0, tzinfo=timezone.utc)
@@ -104,6 +106,38 @@ def test_workstate_sees_edits_to_dirty_files_and_ignores_logs(tmp_path: Path) ->
     assert s3.head != s1.head
 
 
+def record(**fields) -> ledger.IterationRecord:
+    """An iteration record with plain values, `fields` overriding them."""
+    base = {
+        "iteration": 1,
+        "story_id": "US-001",
+        "story_title": "First",
+        "mode": "indexed",
+        "agent": "sim",
+        "model": None,
+        "prompt_tokens": 100,
+        "prompt_tokens_estimated": True,
+        "full_history_tokens": 400,
+        "selected_references": [],
+        "usage": None,
+        "cost_usd": None,
+        "duration_s": 1.0,
+        "exit_code": 0,
+        "outcome": "no_progress",
+        "timed_out": None,
+        "killed_processes": [],
+        "attempts": 1,
+        "completion": None,
+        "committed": False,
+        "files_changed": False,
+        "error": None,
+        "checks": {},
+        "updated_references": [],
+        "transcript": "ralph/logs/x/iteration-1.log",
+    }
+    return ledger.IterationRecord(**{**base, **fields})
+
+
 class _Sleeps(list):
     def __call__(self, secs: float) -> None:
         self.append(secs)
@@ -168,16 +202,8 @@ def test_limit_wait_beyond_max_wait_stops(loop: Loop) -> None:
 
 
 def test_stuck_breaker_counts_only_consecutive_no_progress(loop: Loop) -> None:
-    def rec(i: int, outcome: str, changed: bool = False) -> dict:
-        return {
-            "iteration": i,
-            "story_id": "US-001",
-            "outcome": outcome,
-            "exit_code": 0,
-            "committed": False,
-            "files_changed": changed,
-            "error": None,
-        }
+    def rec(i: int, outcome: str, changed: bool = False) -> ledger.IterationRecord:
+        return record(iteration=i, outcome=outcome, files_changed=changed)
 
     loop._check_stuck(rec(1, "no_progress"))
     loop._check_stuck(rec(2, "failed", changed=True))  # a file changed: progress
@@ -185,3 +211,71 @@ def test_stuck_breaker_counts_only_consecutive_no_progress(loop: Loop) -> None:
     loop._check_stuck(rec(4, "no_progress"))
     with pytest.raises(Stuck, match=r"3 iterations in a row.*#3 US-001.*#5 US-001"):
         loop._check_stuck(rec(5, "timeout"))
+
+
+def test_each_iteration_parses_prd_and_progress_once_before_and_once_after(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """prd.json is parsed once before an iteration (the loop's, which picks the story) and
+    once after (the agent's result, which the post-story checks reuse); progress.txt once
+    before (the prompt's memory, which the snapshot reuses) and once after (the checks).
+    A real run with the sim agent; the parsers are wrapped with counters."""
+    calls = {"prd": 0, "progress": 0}
+    prd_parse, progress_parse = Prd.parse.__func__, Progress.parse.__func__
+
+    def counting(key, parse):
+        def wrapper(cls, *args, **kwargs):
+            calls[key] += 1
+            return parse(cls, *args, **kwargs)
+
+        return classmethod(wrapper)
+
+    monkeypatch.setattr(Prd, "parse", counting("prd", prd_parse))
+    monkeypatch.setattr(Progress, "parse", counting("progress", progress_parse))
+    per_iteration, one_iteration = [], Loop._one_iteration
+
+    def measured(self, prd, story):
+        before = dict(calls)
+        try:
+            return one_iteration(self, prd, story)
+        finally:
+            per_iteration.append({k: calls[k] - before[k] for k in calls})
+
+    monkeypatch.setattr(Loop, "_one_iteration", measured)
+    root = make_project(tmp_path / "p", 1)
+    monkeypatch.chdir(root)
+    lp = Loop(locate(root), RunOptions(tool="sim", display=Display(quiet=True), sleep=_Sleeps()))
+    summary = lp.run()
+    assert summary.status == "complete" and summary.passed == 1
+    # Inside the iteration: prd.json after the agent; progress.txt before and after. The
+    # "before" prd.json parse is the loop's own, made to pick the story.
+    assert per_iteration == [{"prd": 1, "progress": 2}]
+
+
+def test_a_prd_json_broken_by_the_agent_is_an_error_then_restored(tmp_path: Path) -> None:
+    """The iteration's own path without a spawn: prd.json is read once after the agent
+    (here: left as broken JSON), that read is an `error` attempt, and the checks reuse it to
+    restore the snapshot's prd.json; all_passed follows the restored file."""
+    root = make_project(tmp_path / "p", 2)
+    project = locate(root)
+    prd = Prd.load(project.prd_path)
+    story = prd.next_story()
+    assert story is not None
+    ctx = Context(
+        project=project,
+        agent=get_agent("sim", project.config.agent("sim")),
+        display=Display(quiet=True),
+        run_dir=tmp_path / "run",
+        mode="indexed",
+        max_iterations=3,
+    )
+    it = Iteration(ctx, 1, story, prd)
+    before = project.prd_path.read_text()
+    project.prd_path.write_text('{"userStories": [')  # what a careless agent leaves
+    attempt = it._assess(RunOutcome(0, "", None, False, 1.0), AgentResult(), it.start, Path("t"))
+    assert attempt.outcome_name() == "error" and "invalid JSON" in (attempt.prd_error or "")
+    report = it.verify(attempt)
+    assert [f.kind for f in report.errors()] == ["prd_invalid"]
+    assert project.prd_path.read_text() == before
+    assert report.prd is it.snapshot.prd and not attempt.all_passed and not attempt.passed
+    assert it.record(attempt).outcome == "error"

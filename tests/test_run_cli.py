@@ -13,6 +13,7 @@ import pytest
 from run_helpers import LEDGER_FIELDS, SUMMARY, iterations, ledger, make_project, prd, ralph
 
 from orchestrator.commands import run as run_cmd
+from orchestrator.ledger import IterationRecord
 
 
 def test_one_story_run_without_a_tty(tmp_path: Path) -> None:
@@ -26,6 +27,12 @@ def test_one_story_run_without_a_tty(tmp_path: Path) -> None:
     assert set(rec) >= LEDGER_FIELDS, LEDGER_FIELDS - set(rec)
     assert rec["outcome"] == "passed" and rec["usage"]["output_tokens"] > 0
     assert rec["checks"]["ok"] and rec["committed"] and rec["completion"] == "complete"
+    # The ledger line is IterationRecord.to_json() whole: it reads back into one, and
+    # serialises again to the same keys, in the same order, with the same values.
+    body = {k: v for k, v in rec.items() if k not in ("event", "ts", "run_id")}
+    derived = ("saved_tokens", "saved_pct")
+    again = IterationRecord(**{k: v for k, v in body.items() if k not in derived}).to_json()
+    assert list(again.items()) == list(body.items())
     progress = (root / "scripts/ralph/progress.txt").read_text()
     assert progress.startswith("# Ralph Progress Log\nStarted: ")
     assert progress.splitlines()[2] == "---"

@@ -16,7 +16,9 @@ from orchestrator.agents.claude import (
     assistant_usage,
     last_assistant_text,
     stream_display,
+    stream_reads,
 )
+from orchestrator.agents.reads import FileRead
 
 
 class AmpAgent(Agent):
@@ -37,6 +39,9 @@ class AmpAgent(Agent):
 
     def display(self, line: str) -> str | None:
         return stream_display(line)
+
+    def file_reads(self, output: str) -> list[FileRead] | None:
+        return stream_reads(json_events(output))
 
     def parse_output(self, output: str, exit_code: int | None) -> AgentResult:
         events = json_events(output)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Union
 
 from orchestrator.agents.limits import LimitSignal, detect
+from orchestrator.agents.reads import FileRead
 from orchestrator.errors import AgentNotFound, ConfigError, InputError
 
 if TYPE_CHECKING:
@@ -268,6 +269,11 @@ class Agent:
                 result.is_error = True
                 result.error = result.error or final
                 return signal
+        return None
+
+    def file_reads(self, output: str) -> list[FileRead] | None:
+        """The files the agent opened, in order, as its stream names them; None when this
+        agent's output does not show its tool calls (then nothing is known, not "none")."""
         return None
 
     def parse_output(self, output: str, exit_code: int | None) -> AgentResult:

@@ -21,6 +21,7 @@ from orchestrator.agents.base import (
     parse_json_line,
     short,
 )
+from orchestrator.agents.reads import FileRead, tool_reads
 
 # Which input field best names what a tool call touches, per Claude Code tool.
 _TOOL_SUBJECT = {
@@ -81,6 +82,9 @@ class ClaudeAgent(Agent):
 
     def display(self, line: str) -> str | None:
         return stream_display(line)
+
+    def file_reads(self, output: str) -> list[FileRead] | None:
+        return stream_reads(json_events(output))
 
     def parse_output(self, output: str, exit_code: int | None) -> AgentResult:
         events = json_events(output)
@@ -170,6 +174,20 @@ def assistant_usage(events: list[dict[str, Any]]) -> Usage | None:
     for usage in per_id.values():
         total = total + usage
     return total
+
+
+def stream_reads(events: list[dict[str, Any]]) -> list[FileRead]:
+    """Files opened by the `tool_use` blocks of the assistant messages (Read, Grep, Bash).
+    Each block arrives once (one line per content block), so none is skipped as a repeat."""
+    reads: list[FileRead] = []
+    for event in events:
+        message = event.get("message") if event.get("type") == "assistant" else None
+        if not isinstance(message, dict):
+            continue
+        for block in message.get("content") or []:
+            if isinstance(block, dict) and block.get("type") == "tool_use":
+                reads += tool_reads(str(block.get("name") or ""), block.get("input"))
+    return reads
 
 
 def last_assistant_text(events: list[dict[str, Any]]) -> str | None:

@@ -21,6 +21,7 @@ from orchestrator.agents.base import (
     parse_json_line,
     short,
 )
+from orchestrator.agents.reads import FileRead, shell_reads
 
 
 class CodexAgent(Agent):
@@ -60,6 +61,9 @@ class CodexAgent(Agent):
         if kind == "error":
             return f"✗ error: {short(_message(event))}"
         return None
+
+    def file_reads(self, output: str) -> list[FileRead] | None:
+        return exec_reads(json_events(output))
 
     def parse_output(self, output: str, exit_code: int | None) -> AgentResult:
         events = json_events(output)
@@ -106,6 +110,23 @@ class CodexAgent(Agent):
             parts.append(result.final_message)
         parts += [ln for ln in output.splitlines() if _is_error_line(ln)]
         return "\n".join(p for p in parts if p)
+
+
+def exec_reads(events: list[dict[str, Any]]) -> list[FileRead]:
+    """Files read by the shell commands Codex ran (`command_execution` items; one command
+    counted once, however many started/updated/completed events name it)."""
+    reads: list[FileRead] = []
+    seen: set[str] = set()
+    for event in events:
+        item = event.get("item")
+        if not isinstance(item, dict) or item.get("type") != "command_execution":
+            continue
+        key = str(item.get("id") or "") or str(item.get("command"))
+        if key in seen:
+            continue
+        seen.add(key)
+        reads += shell_reads(str(item.get("command") or ""))
+    return reads
 
 
 def _is_error_line(line: str) -> bool:

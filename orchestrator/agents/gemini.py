@@ -22,6 +22,7 @@ from orchestrator.agents.base import (
     short,
 )
 from orchestrator.agents.claude import tool_line
+from orchestrator.agents.reads import FileRead, tool_reads
 
 # Gemini CLI's documented fatal exit codes.
 EXIT_CODES = {
@@ -78,6 +79,18 @@ class GeminiAgent(Agent):
             text = str(event.get("content", "")).strip()  # streamed pieces: one line each
             return f"assistant: {short(text)}" if text else None
         return None
+
+    def file_reads(self, output: str) -> list[FileRead] | None:
+        """stream-json `tool_use` events (read_file, search_file_content, run_shell_command);
+        None for the one-object `json` format, which names no tool calls."""
+        events = json_events(output)
+        if not any("type" in e for e in events):
+            return None
+        reads: list[FileRead] = []
+        for e in events:
+            if e.get("type") == "tool_use":
+                reads += tool_reads(str(e.get("tool_name") or ""), e.get("parameters"))
+        return reads
 
     def parse_output(self, output: str, exit_code: int | None) -> AgentResult:
         events = json_events(output)

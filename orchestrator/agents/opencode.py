@@ -22,6 +22,7 @@ from orchestrator.agents.base import (
     short,
 )
 from orchestrator.agents.claude import tool_line
+from orchestrator.agents.reads import FileRead, tool_reads
 
 ATTACHED = "Follow the instructions in the attached file exactly."
 
@@ -56,6 +57,17 @@ class OpencodeAgent(Agent):
         if kind == "error":
             return f"✗ error: {short(_error_text(event.get('error') or event))}"
         return None
+
+    def file_reads(self, output: str) -> list[FileRead] | None:
+        """`tool_use` events (read, grep, bash), each with its part's `state.input`."""
+        reads: list[FileRead] = []
+        for event in json_events(output):
+            part = event.get("part") or {}
+            if event.get("type") == "tool_use" and isinstance(part, dict):
+                state = part.get("state") or {}
+                tool_input = state.get("input") if isinstance(state, dict) else None
+                reads += tool_reads(str(part.get("tool") or ""), tool_input)
+        return reads
 
     def parse_output(self, output: str, exit_code: int | None) -> AgentResult:
         usage: Usage | None = None

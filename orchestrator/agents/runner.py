@@ -85,6 +85,45 @@ def run(
     tree = proctree.Tree()
     full_env = {**os.environ, **(env or {}), "PWD": os.path.abspath(cwd), **tree.env()}
     redactor = Redactor(full_env)
+    start = time.monotonic()
+    child = _spawn(argv, cwd, full_env, stdin_file, tree)
+    log.debug("agent_spawned", pid=child.pid, argv=[redactor(a)[:200] for a in argv])
+    with _open_transcript(transcript_path) as transcript:
+        reader = _LineReader(on_line, transcript, redactor)
+        with stop_signals_interrupt():
+            timed_out, interrupted, killed = _supervise(
+                child, tree, reader, start, wall_timeout, idle_timeout, grace
+            )
+    outcome = RunOutcome(
+        _exit_code(child),
+        "\n".join(reader.lines),
+        timed_out,
+        interrupted,
+        round(time.monotonic() - start, 3),
+        reader.dropped,
+        [str(k) for k in killed],
+    )
+    log.debug(
+        "agent_finished",
+        exit_code=outcome.exit_code,
+        timed_out=timed_out,
+        interrupted=interrupted,
+        duration_s=outcome.duration_s,
+        dropped_bytes=outcome.dropped_bytes,
+        killed=outcome.killed,
+    )
+    return outcome
+
+
+def _spawn(
+    argv: Sequence[str],
+    cwd: Path | str,
+    env: dict[str, str],
+    stdin_file: Path | str | None,
+    tree: proctree.Tree,
+) -> pexpect.spawn:
+    """Start argv on a pty through the stdin trampoline, its pid recorded in `tree` (closed
+    when the spawn fails)."""
     trampoline = [
         sys.executable,
         "-I",
@@ -94,13 +133,12 @@ def run(
         "--",
         *map(str, argv),
     ]
-    start = time.monotonic()
     try:
         child = pexpect.spawn(
             trampoline[0],
             trampoline[1:],
             cwd=str(cwd),
-            env=full_env,
+            env=env,
             echo=False,
             encoding="utf-8",
             codec_errors="replace",
@@ -111,33 +149,7 @@ def run(
         raise
     tree.attach(child.pid)
     child.delayafterclose = child.delayafterterminate = 0.05  # pexpect's 0.1 s sleeps
-    log.debug("agent_spawned", pid=child.pid, argv=[redactor(a)[:200] for a in argv])
-    with _open_transcript(transcript_path) as transcript:
-        reader = _LineReader(on_line, transcript, redactor)
-        with stop_signals_interrupt():
-            timed_out, interrupted, killed = _supervise(
-                child, tree, reader, start, wall_timeout, idle_timeout, grace
-            )
-    exit_code = _exit_code(child)
-    outcome = RunOutcome(
-        exit_code,
-        "\n".join(reader.lines),
-        timed_out,
-        interrupted,
-        round(time.monotonic() - start, 3),
-        reader.dropped,
-        [str(k) for k in killed],
-    )
-    log.debug(
-        "agent_finished",
-        exit_code=exit_code,
-        timed_out=timed_out,
-        interrupted=interrupted,
-        duration_s=outcome.duration_s,
-        dropped_bytes=outcome.dropped_bytes,
-        killed=outcome.killed,
-    )
-    return outcome
+    return child
 
 
 def run_agent(

@@ -8,12 +8,13 @@ flags for what ralph.sh cannot do. Every flag beats ralph.yaml, which beats the 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 from pathlib import Path
 from typing import Any
 
-from orchestrator import log, project
+from orchestrator import log, project, stopsignals
 from orchestrator.commands.common import add_common
 from orchestrator.run import loop
 
@@ -21,6 +22,14 @@ _NUMBER = re.compile(r"^[0-9]+$")
 
 
 def _add_flags(p: argparse.ArgumentParser) -> None:
+    """The flags of `ralph run`, in the order `--help` lists them."""
+    _add_agent_flags(p)
+    _add_budget_flags(p)
+    _add_timing_flags(p)
+    _add_behaviour_flags(p)
+
+
+def _add_agent_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--tool",
         metavar="NAME",
@@ -33,6 +42,9 @@ def _add_flags(p: argparse.ArgumentParser) -> None:
         help="memory: indexed references, Ralph's full progress.txt, or auto "
         "(indexed when progress.txt has a Progress Index)",
     )
+
+
+def _add_budget_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--budget-tokens",
         type=int,
@@ -54,6 +66,9 @@ def _add_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--checks", choices=("warn", "retry", "fail"), help="what a failed post-story check does"
     )
+
+
+def _add_timing_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--timeout",
         type=int,
@@ -80,6 +95,9 @@ def _add_flags(p: argparse.ArgumentParser) -> None:
         help="retries of a failed agent call within one iteration (retries.transient, "
         "default 3); every retry is an agent call and counts against MAX_ITERATIONS",
     )
+
+
+def _add_behaviour_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--stuck-after",
         type=int,
@@ -166,8 +184,14 @@ def overrides(args: argparse.Namespace, max_iterations: int | None) -> dict[str,
     }
 
 
+AB_PARENT_ENV = "RALPH_AB_PARENT"  # set by `ralph ab` for its arms
+
+
 def run(args: argparse.Namespace) -> int:
     log.configure(None, verbose=args.verbose)  # config warnings as readable stderr lines
+    parent = os.environ.get(AB_PARENT_ENV, "")
+    if parent.isdigit():  # an arm of `ralph ab`: it ends when ab ends, even by SIGKILL
+        stopsignals.stop_with_parent(int(parent))
     max_iter, ignored = _merge_rest(args)
     for w in ignored:
         print(f"ralph: warning: ignored argument {w!r} (ralph.sh ignores it too)", file=sys.stderr)

@@ -59,6 +59,17 @@ def run(args: argparse.Namespace) -> int:
 
 
 def render(st: dict[str, Any], console: Console) -> None:
+    _render_summary(st, console)
+    if st["index"] or st["references"]:
+        console.print(_references_table(st["references"], console.width))
+    live = st.get("live")
+    if live:
+        _render_live(live, console)
+    _render_last_run(st["last_run"], live, console)
+
+
+def _render_summary(st: dict[str, Any], console: Console) -> None:
+    """The project, its stories, the memory's sizes and the warnings."""
     s = st["stories"]
     nxt = s["next"]
     console.print(
@@ -82,41 +93,45 @@ def render(st: dict[str, Any], console: Console) -> None:
     )
     for warning in st.get("warnings", []):
         console.print(f"warning: {warning}", markup=False, soft_wrap=True)
-    if st["index"] or st["references"]:
-        t = Table(
-            title="index and references", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False
-        )
-        refs = st["references"]
-        # Widths are set here, not left to rich: on a narrow terminal rich drops whole
-        # columns; instead every column stays and long cells end in an ellipsis.
-        topic_w = min(24, max(len("topic"), *(len(r["topic"] or "-") for r in refs)))
-        note_w = min(20, max(len("note"), *(len(r["note"]) for r in refs)))
-        path_w = max(len(r["path"]) for r in refs)
-        # 6 for tokens; 14 for the padding between and around the columns.
-        path_w = max(12, min(path_w, console.width - topic_w - 6 - note_w - 14))
-        t.add_column("topic", no_wrap=True, overflow="ellipsis", width=topic_w)
-        t.add_column("tokens", justify="right", no_wrap=True, width=6)
-        # A path is what the user copies: never wrapped.
-        t.add_column("path", no_wrap=True, overflow="ellipsis", width=path_w)
-        t.add_column("note", no_wrap=True, overflow="ellipsis", width=note_w)
-        for r in st["references"]:
-            t.add_row(
-                r["topic"] or "-", fmt(r["tokens"]) if r["exists"] else "-", r["path"], r["note"]
-            )
-        console.print(t)
-    live = st.get("live")
-    if live:
-        since = (live["since"] or "-").replace("T", " ").split("+")[0]
-        console.print(
-            f"run live: {live['run_id']} · pid {live['pid'] or '?'} · story "
-            f"{live['story_id'] or '-'} · iteration {live['iteration']}/"
-            f"{live['max_iterations'] or '?'} · since {since} UTC "
-            "(`ralph status --follow` to watch)",
-            style="bold cyan",
-            markup=False,
-            soft_wrap=True,
-        )
-    last = st["last_run"]
+
+
+def _references_table(refs: list[dict[str, Any]], width: int) -> Table:
+    t = Table(
+        title="index and references", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False
+    )
+    # Widths are set here, not left to rich: on a narrow terminal rich drops whole
+    # columns; instead every column stays and long cells end in an ellipsis.
+    topic_w = min(24, max(len("topic"), *(len(r["topic"] or "-") for r in refs)))
+    note_w = min(20, max(len("note"), *(len(r["note"]) for r in refs)))
+    path_w = max(len(r["path"]) for r in refs)
+    # 6 for tokens; 14 for the padding between and around the columns.
+    path_w = max(12, min(path_w, width - topic_w - 6 - note_w - 14))
+    t.add_column("topic", no_wrap=True, overflow="ellipsis", width=topic_w)
+    t.add_column("tokens", justify="right", no_wrap=True, width=6)
+    # A path is what the user copies: never wrapped.
+    t.add_column("path", no_wrap=True, overflow="ellipsis", width=path_w)
+    t.add_column("note", no_wrap=True, overflow="ellipsis", width=note_w)
+    for r in refs:
+        t.add_row(r["topic"] or "-", fmt(r["tokens"]) if r["exists"] else "-", r["path"], r["note"])
+    return t
+
+
+def _render_live(live: dict[str, Any], console: Console) -> None:
+    since = (live["since"] or "-").replace("T", " ").split("+")[0]
+    console.print(
+        f"run live: {live['run_id']} · pid {live['pid'] or '?'} · story "
+        f"{live['story_id'] or '-'} · iteration {live['iteration']}/"
+        f"{live['max_iterations'] or '?'} · since {since} UTC "
+        "(`ralph status --follow` to watch)",
+        style="bold cyan",
+        markup=False,
+        soft_wrap=True,
+    )
+
+
+def _render_last_run(
+    last: dict[str, Any] | None, live: dict[str, Any] | None, console: Console
+) -> None:
     if not last:
         console.print("last run: none recorded")
         return
@@ -132,8 +147,24 @@ def render(st: dict[str, Any], console: Console) -> None:
         markup=False,
         soft_wrap=True,
     )
+    use = last.get("references_use") or {}
+    if use.get("known"):
+        console.print(use_line(use), markup=False, soft_wrap=True)
     if last.get("skipped_lines"):
         console.print(
             f"ledger: {last['skipped_lines']} damaged line(s) skipped (torn records)",
             markup=False,
         )
+
+
+def use_line(use: dict[str, Any]) -> str:
+    """What the agents opened in the last run: misses (references opened though not
+    inlined) by topic, untouched inlined references, whole reads of progress.txt."""
+    topics = use.get("missed_topics") or []
+    shown = ", ".join(topics[:4]) + (", …" if len(topics) > 4 else "")
+    line = f"references used: opened {use['opened']} · missed: {use['missed']}"
+    line += f" ({shown})" if shown else ""
+    line += f" · untouched {use['untouched']}"
+    if use.get("progress_reads"):
+        line += f" · progress.txt read in full {use['progress_reads']}x"
+    return line + f" (from {use['known']} agent stream(s))"

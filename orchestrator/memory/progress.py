@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from orchestrator import fsutil
+from orchestrator.memory import tables
 from orchestrator.memory.markdown import (
     SECTION_START,
     Fences,
@@ -26,12 +27,12 @@ from orchestrator.memory.markdown import (
     section_starts,
     split_lines,
 )
+from orchestrator.memory.tables import INDEX_HEADING_LINE as INDEX_HEADING_LINE
 
 HEADER = "# Ralph Progress Log\nStarted: {date}\n---\n"
 INDEX_HEADING = "## Progress Index"
 INDEX_TABLE_HEAD = "| Topic | Reference Path |\n|---|---|\n"
 
-INDEX_HEADING_LINE = re.compile(r"##\s+progress index\s*$", re.IGNORECASE)
 _PATTERNS = re.compile(r"##\s+codebase patterns\b", re.IGNORECASE)
 
 
@@ -336,6 +337,77 @@ class Progress:
             lead = nl if pre.endswith("\n") else nl + nl
         tail = nl if post and not post.startswith(("\n", "\r\n")) else ""
         return pre + lead + section + tail + post
+
+    # -- positions and edits for check and compact (each edit returns a new Progress) ------
+
+    @functools.cached_property
+    def _lines(self) -> list[str]:
+        return split_lines(self.text)
+
+    @functools.cached_property
+    def _sections(self) -> list[tables.Section]:
+        # Read once per Progress (it never changes) for check's tables, size and headings.
+        return tables.sections_of([(s.kind, s.text) for s in self._segments], self._lines)
+
+    def _index_at(self) -> tuple[_Segment | None, int]:
+        """The index segment and its 0-based first line (-1 without an index)."""
+        n = 0
+        for s in self._segments:
+            if s.kind == "index":
+                return s, n
+            n += s.text.count("\n")
+        return None, -1
+
+    def tables(self) -> tables.Tables:
+        """The index and `## Archived` tables with 1-based lines, and their problems."""
+        seg, at = self._index_at()
+        n = len(split_lines(seg.text)) if seg else 0
+        return tables.read(self._lines, self._sections, at, n)
+
+    def section_headings(self) -> list[tuple[str, int]]:
+        """(heading, 1-based line) of every `## ` section outside code fences."""
+        return [(h, start + 1) for h, start, _end in self._sections]
+
+    def index_section(self) -> tuple[str, int]:
+        """(text, 1-based heading line) of the whole index section (table and any notes up
+        to the next `## `); ("", 0) without an index."""
+        _seg, at = self._index_at()
+        return tables.section_at(self._lines, self._sections, at) if at >= 0 else ("", 0)
+
+    def without_rows(self, rows: list[tuple[str, str]]) -> Progress:
+        """Drop the index row of each (topic, path), matched exactly; each must exist."""
+        seg = self._first("index")
+        kept = tables.without(split_lines(seg.text) if seg else [], rows, self.newline)
+        return self._replace(seg, "".join(kept)) if seg and rows else self
+
+    def with_rows_replaced(self, by_path: dict[str, tuple[str, str]]) -> Progress:
+        """Index rows whose path is a key become the (topic, path) it maps to (once, where
+        the first was; the others are dropped)."""
+        seg = self._first("index")
+        if seg is None or not by_path:
+            return self
+        new = tables.replaced(split_lines(seg.text), by_path, self.newline)
+        return self._replace(seg, "".join(new))
+
+    def with_archived_rows(self, rows: list[tuple[str, str]]) -> Progress:
+        """Add rows to the `## Archived` table (created after the index when missing)."""
+        if not rows:
+            return self
+        _seg, at = self._index_at()
+        return Progress.parse(tables.with_archived(self._lines, at, rows, self.newline))
+
+    def rotated(self, keep: int) -> tuple[Progress, list[str]]:
+        """The log without its entries before the last `keep`, and those entries (each
+        ending in a blank line, in file order)."""
+        entries = [s for s in self._segments if s.kind == "entry"]
+        old = entries[: max(0, len(entries) - keep)]
+        if not old:
+            return self, []
+        moved = [seg.text.rstrip("\n") + "\n" for seg in old]
+        moved = [b if b.endswith("\n\n") else b + "\n" for b in moved]
+        gone = {id(s) for s in old}
+        kept = "".join(s.text for s in self._segments if id(s) not in gone)
+        return Progress.parse(kept), moved
 
 
 def _header_end(header: str) -> int:

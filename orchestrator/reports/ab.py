@@ -171,6 +171,7 @@ def _start(arm: ArmRun, argv: list[str]) -> None:
     env = dict(
         os.environ,
         RALPH_AB_ARM=arm.name,
+        RALPH_AB_PARENT=str(os.getpid()),  # the arm ends with us, even if we are SIGKILLed
         RALPH_AB_REPLICATE=str(arm.replicate),
         RALPH_SIM_SEED=str(arm.replicate),  # paired: both arms of a replicate, one seed
         **arm.tree.env(),

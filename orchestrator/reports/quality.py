@@ -7,24 +7,25 @@ memory misses, i.e. reference files the agent opened although the prompt did not
 (the selector left out something the agent needed) and, in indexed mode, reads of the whole
 `progress.txt` (against the template's "read the index table only").
 
-Streams are read as Claude-style stream-json (`assistant` messages with `tool_use` blocks:
-Read, Bash) and Codex-style `command_execution` items; other lines are skipped.
+Runs record what their agent opened in the ledger (memory.usage: `missed_references`,
+`progress_reads`); for older ledgers the transcript is read by the agent's adapter
+(`Agent.file_reads`), or as Claude-style and Codex-style streams when the agent is unknown.
 """
 
 from __future__ import annotations
 
-import json
 import re
-import shlex
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-# Shell commands that print a whole file; `head`, `grep` and `sed -n` read part of it.
-_WHOLE_FILE_READERS = {"cat", "less", "more", "bat", "tac", "nl"}
-_PARTIAL_READERS = {"head", "tail", "sed", "grep", "rg", "awk"}
-_SEGMENTS = re.compile(r"&&|\|\||;|\|")
+from orchestrator.agents import claude, codex
+from orchestrator.agents.base import get_agent, json_events
+from orchestrator.agents.reads import FileRead
+from orchestrator.errors import FatalError
+from orchestrator.memory import usage
+
 _REFERENCE = re.compile(r"(^|/)references/[^/\s]+\.md$")
 
 
@@ -36,66 +37,21 @@ class StreamReads:
     progress_full_reads: int = 0
 
 
-def _tool_calls(line: str) -> list[tuple[str, dict[str, Any]]]:
-    line = line.strip()
-    if not line.startswith("{"):
-        return []
-    try:
-        event = json.loads(line)
-    except ValueError:
-        return []
-    if not isinstance(event, dict):
-        return []
-    calls: list[tuple[str, dict[str, Any]]] = []
-    message = event.get("message")
-    if event.get("type") == "assistant" and isinstance(message, dict):
-        for block in message.get("content") or []:
-            if isinstance(block, dict) and block.get("type") == "tool_use":
-                calls.append((str(block.get("name")), dict(block.get("input") or {})))
-    item = event.get("item")
-    # Codex: one command per item, reported when it completes.
-    if (
-        isinstance(item, dict)
-        and item.get("type") == "command_execution"
-        and event.get("type") == "item.completed"
-    ):
-        calls.append(("Bash", {"command": str(item.get("command") or "")}))
-    return calls
-
-
-def _shell_reads(command: str) -> list[tuple[str, bool]]:
-    """(path, whole file?) for each file a shell command reads with a file-reading program
-    (`cat x` whole, `head`/`sed -n`/`grep` partial); `cat >> x`, `git add x` read nothing."""
-    out = []
-    for segment in _SEGMENTS.split(command.split("<<", 1)[0]):
+def stream_reads(text: str, agent: str | None = None) -> StreamReads:
+    """What a transcript shows the agent opened, read by its adapter (`agent`: the ledger's
+    agent name) or, when unknown, as Claude-style and Codex-style streams both."""
+    events = json_events(text)
+    found: list[FileRead] | None = None
+    if agent:
         try:
-            words = shlex.split(segment)
-        except ValueError:
-            words = segment.split()
-        if not words:
-            continue
-        prog = PurePosixPath(words[0]).name
-        if prog not in _WHOLE_FILE_READERS and prog not in _PARTIAL_READERS:
-            continue
-        if any(w.startswith(">") for w in words):
-            continue  # writes (`cat >> progress.txt`), not reads
-        for word in words[1:]:
-            if word.endswith((".md", ".txt")) and not word.startswith("-"):
-                out.append((word, prog in _WHOLE_FILE_READERS))
-    return out
-
-
-def stream_reads(text: str) -> StreamReads:
+            found = get_agent(agent, check=False).file_reads(text)
+        except FatalError:  # a ralph.yaml-only agent name: its settings are not known here
+            found = None
+    if found is None:
+        found = [*claude.stream_reads(events), *codex.exec_reads(events)]
     reads = StreamReads()
-    for line in text.splitlines():
-        for name, args in _tool_calls(line):
-            if name == "Read":
-                path = str(args.get("file_path") or args.get("path") or "")
-                partial = args.get("limit") is not None or args.get("offset") is not None
-                _note(reads, path, whole=not partial)
-            elif name == "Bash":
-                for path, whole in _shell_reads(str(args.get("command") or "")):
-                    _note(reads, path, whole=whole)
+    for path, whole in found:
+        _note(reads, path, whole=whole)
     return reads
 
 
@@ -120,14 +76,21 @@ def transcript_path(ledger_path: Path, rec: dict[str, Any]) -> Path | None:
 
 
 def iteration_misses(rec: dict[str, Any], ledger_path: Path) -> dict[str, Any]:
-    """Memory misses of one iteration (None when its transcript is not there)."""
+    """Memory misses of one iteration: as the run recorded them (memory.usage keys), else
+    read from its transcript (older ledgers); None when neither is there."""
+    indexed = rec.get("mode") == "indexed"
+    if usage.OPENED in rec:
+        return {
+            "references_not_inlined": len(rec.get(usage.MISSED) or []),
+            "progress_reads": int(rec.get(usage.PROGRESS_READS) or 0) if indexed else 0,
+        }
     path = transcript_path(ledger_path, rec)
     if path is None or not path.is_file():
         return {"references_not_inlined": None, "progress_reads": None}
-    reads = stream_reads(path.read_text(encoding="utf-8", errors="replace"))
+    text = path.read_text(encoding="utf-8", errors="replace")
+    reads = stream_reads(text, str(rec.get("agent") or "") or None)
     selected = [str(s) for s in rec.get("selected_references") or []]
     missed = [r for r in reads.references if not any(r.endswith(s) for s in selected)]
-    indexed = rec.get("mode") == "indexed"
     return {
         "references_not_inlined": len(missed),
         "progress_reads": reads.progress_full_reads if indexed else 0,

@@ -136,7 +136,7 @@ def load_arm(path: Path, name: str | None = None, run_id: str | None = None) -> 
 def _saving(base: float | None, new: float | None) -> dict[str, float] | None:
     if base is None or new is None or base <= 0:
         return None
-    return {"saved": base - new, "pct": round(100.0 * (base - new) / base, 1)}
+    return {"saved": base - new, "pct": ledger.saved_pct(base, new)}
 
 
 def compare(arms: list[Arm]) -> dict[str, Any]:

@@ -27,13 +27,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestrator import fsutil, redact
+from orchestrator import fsutil, ledger, redact
 from orchestrator import tokens as tok
 from orchestrator.errors import InputError
 from orchestrator.log import get_logger
 from orchestrator.memory.prd import Prd, Story
 from orchestrator.memory.progress import Entry, Progress
 from orchestrator.memory.store import Memory, Reference
+from orchestrator.project import Project
 from orchestrator.reports import charts
 from orchestrator.run import prompt as pr
 from orchestrator.upkeep import migrate
@@ -59,10 +60,11 @@ class Row:
 
     @property
     def saved_pct(self) -> float:
-        return pct(self.full_tokens, self.indexed_tokens)
+        return ledger.saved_pct(self.full_tokens, self.indexed_tokens, digits=None)
 
     def to_dict(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "saved_pct": round(self.saved_pct, 1)}
+        saved = ledger.saved_pct(self.full_tokens, self.indexed_tokens)
+        return {**dataclasses.asdict(self), "saved_pct": saved}
 
 
 @dataclass
@@ -82,7 +84,7 @@ class Savings:
             "full_tokens": full,
             "indexed_tokens": indexed,
             "saved_tokens": full - indexed,
-            "saved_pct": round(pct(full, indexed), 1),
+            "saved_pct": ledger.saved_pct(full, indexed),
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -97,14 +99,10 @@ class Savings:
         }
 
 
-def pct(full: int, indexed: int) -> float:
-    return 100.0 * (full - indexed) / full if full else 0.0
-
-
 # ------------------------------------------------------------------------- the log
 
 
-def log_source(project: Any) -> tuple[Path | None, str | None]:
+def log_source(project: Project) -> tuple[Path | None, str | None]:
     """The narrative log to replay, and a note when it is not progress.txt itself.
 
     A migrated progress.txt holds one line per past story, not the entries: its original is
@@ -253,12 +251,12 @@ def replay_row(base: pr.Inputs, k: int, entry: Entry, log_text: str, prd: Prd | 
     )
 
 
-def _base_inputs(project: Any, first: Story) -> pr.Inputs:
+def _base_inputs(project: Project, first: Story) -> pr.Inputs:
     empty = Memory(progress=Progress.parse(""), progress_text="", references=[])
     return pr.inputs_for(project, first, empty)
 
 
-def current_state(project: Any, prd: Prd | None) -> dict[str, Any] | None:
+def current_state(project: Project, prd: Prd | None) -> dict[str, Any] | None:
     """The next story's real indexed prompt vs full, when the project has an index."""
     memory = Memory.load(project)
     if not memory.progress.index_rows or prd is None:
@@ -276,12 +274,12 @@ def current_state(project: Any, prd: Prd | None) -> dict[str, Any] | None:
         "indexed_tokens": a.tokens,
         "full_tokens": a.full_history_tokens,
         "selected": a.selected,
-        "saved_pct": round(pct(a.full_history_tokens, a.tokens), 1),
+        "saved_pct": ledger.saved_pct(a.full_history_tokens, a.tokens),
     }
 
 
 def measure(
-    project: Any, *, last: int | None = None, on_row: Callable[[int, int], None] | None = None
+    project: Project, *, last: int | None = None, on_row: Callable[[int, int], None] | None = None
 ) -> Savings:
     """Replay the project's history (the last `last` stories only, if given).
 

@@ -32,6 +32,7 @@ from starlette.responses import FileResponse, HTMLResponse, Response
 from starlette.routing import Route
 
 from orchestrator import ledger
+from orchestrator.project import Project
 from orchestrator.run import status, watch
 from orchestrator.run.display import iteration_cells, money
 from orchestrator.tokens import fmt
@@ -93,7 +94,7 @@ def reference_use(
     return use
 
 
-def ab_reports(project: Any) -> list[dict[str, Any]]:
+def ab_reports(project: Project) -> list[dict[str, Any]]:
     """A/B reports (`ralph ab` / `ralph report` output) under the logs folder and the root."""
     logs = Path(project.logs_dir)
     root = Path(project.root)
@@ -275,7 +276,7 @@ def live_panel(view: watch.RunView | None, lines: list[str]) -> str:
     )
 
 
-def page(project: Any, selected: str | None) -> str:
+def page(project: Project, selected: str | None) -> str:
     records = ledger.read(Path(project.ledger_path))
     live_id = watch.live_run_id(project, records)
     items = runs(records)
@@ -320,7 +321,7 @@ def page(project: Any, selected: str | None) -> str:
 # ---- live events ---------------------------------------------------------------------------------
 
 
-async def events(project: Any, request: Request) -> AsyncIterator[dict[str, str]]:
+async def events(project: Project, request: Request) -> AsyncIterator[dict[str, str]]:
     """The live run as server-sent events: `state` (its facts), `line` (a new agent line),
     `iteration` (a finished iteration: its row and the redrawn chart), `run` (another run
     became live) and `end`."""
@@ -367,7 +368,7 @@ async def events(project: Any, request: Request) -> AsyncIterator[dict[str, str]
 # ---- the app -----------------------------------------------------------------------------------
 
 
-def app(project: Any) -> Starlette:
+def app(project: Project) -> Starlette:
     async def index(request: Request) -> Response:
         return HTMLResponse(page(project, request.query_params.get("run") or None))
 
@@ -397,7 +398,7 @@ def app(project: Any) -> Starlette:
     )
 
 
-def serve(project: Any, host: str = "127.0.0.1", port: int = 8765) -> int:
+def serve(project: Project, host: str = "127.0.0.1", port: int = 8765) -> int:
     """Serve until Ctrl-C. The socket is bound first so the printed URL has the real port
     (port 0 picks a free one)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET

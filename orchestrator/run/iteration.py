@@ -1,5 +1,11 @@
 """One iteration of the loop in small steps: prepare, spawn (maybe several attempts), assess,
-record. `loop.Loop` decides what to do with an attempt (wait out a limit, retry, go on).
+record. `loop.Loop` decides what to do with an attempt (wait out a limit, retry, go on); an
+`Iteration` gets what it needs from the run as a `Context` and hands back an
+`ledger.IterationRecord`.
+
+Each file is parsed once per step: prd.json before (the loop's parse, which picked the
+story) and after (`_assess`, which the post-story checks reuse); progress.txt before (the
+prompt's `Memory`, which the snapshot reuses) and after (the checks).
 
 Progress is measured from the outside, never from what the agent says: prd.json (did the
 story pass), git HEAD (a commit) and a fingerprint of the working tree (a file changed),
@@ -11,20 +17,21 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from orchestrator import fsutil, git, redact
 from orchestrator.agents import limits, runner
-from orchestrator.agents.base import AgentResult
+from orchestrator.agents.base import Agent, AgentResult
 from orchestrator.errors import InputError
+from orchestrator.ledger import IterationRecord
 from orchestrator.log import get_logger
-from orchestrator.run import checks
-
-if TYPE_CHECKING:
-    from orchestrator.memory.prd import Prd, Story
-    from orchestrator.memory.store import Memory
-    from orchestrator.run.loop import Loop
-    from orchestrator.run.prompt import Assembled
+from orchestrator.memory import usage
+from orchestrator.memory.prd import Prd, Story
+from orchestrator.memory.store import Memory
+from orchestrator.project import Project
+from orchestrator.run import checks, prompt
+from orchestrator.run.check_state import PrdState
+from orchestrator.run.display import Display
 
 log = get_logger()
 SENTINEL = "<promise>COMPLETE</promise>"
@@ -73,6 +80,7 @@ class Attempt:
     before: WorkState
     after: WorkState
     transcript: Path
+    prd_after: PrdState | None = None  # prd.json as read once the agent was done
 
     @property
     def interrupted(self) -> bool:
@@ -154,14 +162,25 @@ class Attempt:
         return "no_progress"
 
 
+@dataclass(frozen=True)
+class Context:
+    """What an iteration needs from the run around it."""
+
+    project: Project
+    agent: Agent
+    display: Display
+    run_dir: Path  # transcripts and prompt copies of this run
+    mode: str  # auto | indexed | full
+    max_iterations: int
+    notes: tuple[str, ...] = ()  # fixes for the prompt (checks: retry)
+
+
 class Iteration:
     """Prepare once, spawn one or more attempts, then record the last one."""
 
-    def __init__(self, loop: Loop, n: int, story: Story, prd: Prd) -> None:
-        from orchestrator.memory.store import Memory
-
-        self.loop = loop
-        self.project = loop.project
+    def __init__(self, ctx: Context, n: int, story: Story, prd: Prd) -> None:
+        self.ctx = ctx
+        self.project = ctx.project
         self.n = n
         self.story = story
         self.total = len(prd.stories)
@@ -169,12 +188,20 @@ class Iteration:
         self.attempts = 0
         self.report: checks.CheckReport | None = None
         memory = Memory.load(self.project)
-        self.assembled = build_prompt(loop, story, memory)
-        self.prompt_file = loop.run_dir / f"iteration-{n}.prompt.md"
+        self.assembled = prompt.assemble(
+            self.project,
+            story,
+            memory,
+            mode=ctx.mode,
+            notes=ctx.notes,
+            tool=ctx.agent.name,
+            prd=prd,
+        )
+        self.prompt_file = ctx.run_dir / f"iteration-{n}.prompt.md"
         # The copy kept in the logs is redacted; the agent gets the exact prompt only while
         # it runs (spawn), so a key an agent wrote into a reference stays out of our logs.
         redact.write_text(self.prompt_file, self.assembled.text)
-        self.snapshot = checks.snapshot(self.project)
+        self.snapshot = checks.snapshot(self.project, prd=prd, memory=memory)
         # Progress is judged against the state before the first attempt, so a retry that
         # follows a partial attempt still sees that attempt's changes.
         self.start = self._state()
@@ -190,13 +217,13 @@ class Iteration:
     def spawn(self) -> Attempt:
         self.attempts += 1
         suffix = "" if self.attempts == 1 else f".attempt-{self.attempts}"
-        transcript = self.loop.run_dir / f"iteration-{self.n}{suffix}.log"
-        display = self.loop.display
+        transcript = self.ctx.run_dir / f"iteration-{self.n}{suffix}.log"
+        display = self.ctx.display
         st = display.status
         st.story, st.iteration, st.max_iterations = (
             self.story.id,
             self.n,
-            self.loop.max_iterations,
+            self.ctx.max_iterations,
         )
         st.passed, st.total = self.passed_before, self.total
         st.note = "" if self.attempts == 1 else f"attempt {self.attempts}"
@@ -205,7 +232,7 @@ class Iteration:
         try:
             with display.live():
                 outcome, result = runner.run_agent(
-                    self.loop.agent,
+                    self.ctx.agent,
                     self.prompt_file,
                     cwd=Path(self.project.root),
                     transcript_path=transcript,
@@ -233,18 +260,20 @@ class Iteration:
         before: WorkState,
         transcript: Path,
     ) -> Attempt:
-        from orchestrator.memory.prd import Prd
-
         passed = all_passed = False
+        after = PrdState.read(Path(self.project.prd_path))
+        problem = after.error  # set whenever prd.json did not parse
+        if after.prd is not None:
+            try:
+                passed = after.prd.get(self.story.id).passes
+                all_passed = after.prd.all_passed()
+            except InputError as exc:  # the story is gone from prd.json
+                problem = str(exc)
         prd_error = None
-        try:
-            prd = Prd.load(Path(self.project.prd_path))
-            passed = prd.get(self.story.id).passes
-            all_passed = prd.all_passed()
-        except InputError as exc:
+        if problem is not None:
             # The agent broke prd.json: not a pass; checks.verify reports/restores it.
-            prd_error = f"prd.json unreadable after the agent ran: {exc}"
-            log.warning("prd.json unreadable after iteration", error=str(exc))
+            prd_error = f"prd.json unreadable after the agent ran: {problem}"
+            log.warning("prd.json unreadable after iteration", error=problem)
         return Attempt(
             n=self.attempts,
             outcome=outcome,
@@ -255,66 +284,66 @@ class Iteration:
             before=before,
             after=self._state(),
             transcript=transcript,
+            prd_after=after,
         )
 
     # ---- record -----------------------------------------------------------------------------
     def verify(self, attempt: Attempt) -> checks.CheckReport:
-        """Post-story checks (they repair lost history); prd.json is re-read afterwards,
-        since a repair may have restored it."""
-        from orchestrator.memory.prd import Prd
-
-        self.report = checks.verify(self.snapshot, self.project, self.story, attempt.result)
+        """Post-story checks (they repair lost history); `all_passed` follows prd.json as
+        the checks leave it, since a repair may have restored it."""
+        self.report = checks.verify(
+            self.snapshot, self.project, self.story, after=attempt.prd_after
+        )
         attempt.passed = bool(self.report.story_passed)
-        try:
-            attempt.all_passed = Prd.load(Path(self.project.prd_path)).all_passed()
-        except InputError:
-            attempt.all_passed = False
+        attempt.all_passed = self.report.prd is not None and self.report.prd.all_passed()
         return self.report
 
-    def record(self, attempt: Attempt) -> dict[str, Any]:
+    def record(self, attempt: Attempt) -> IterationRecord:
         """The ledger's iteration record (call after verify)."""
         assert self.report is not None, "record() needs verify() first"
         a = self.assembled
-        saved = a.full_history_tokens - a.tokens
-        rec: dict[str, Any] = {
-            "iteration": self.n,
-            "story_id": self.story.id,
-            "story_title": self.story.title,
-            "mode": a.mode,
-            "agent": self.loop.agent.name,
-            "model": attempt.result.model or self.loop.agent.model,
-            "prompt_tokens": a.tokens,
-            "prompt_tokens_estimated": True,
-            "full_history_tokens": a.full_history_tokens,
-            "saved_tokens": saved,
-            "saved_pct": round(100 * saved / a.full_history_tokens, 1)
-            if a.full_history_tokens
-            else 0.0,
-            "selected_references": list(a.selected),
-            "usage": attempt.usage_dict(),
-            "cost_usd": attempt.cost_usd(),
-            "duration_s": attempt.duration_s,
-            "exit_code": attempt.exit_code,
-            "outcome": attempt.outcome_name(),
-            "timed_out": attempt.outcome.timed_out,
-            # Processes the agent left behind (setsid, daemons) that had to be ended.
-            "killed_processes": list(attempt.outcome.killed),
-            "attempts": attempt.n,
-            "completion": attempt.completion(),
-            "committed": attempt.committed,
-            "files_changed": attempt.files_changed,
-            "error": attempt.error,
-            "checks": self.report.to_dict(),
-            "updated_references": list(self.report.updated_references),
-            "transcript": self.project.rel(attempt.transcript),
-        }
-        return rec
+        return IterationRecord(
+            iteration=self.n,
+            story_id=self.story.id,
+            story_title=self.story.title,
+            mode=a.mode,
+            agent=self.ctx.agent.name,
+            model=attempt.result.model or self.ctx.agent.model,
+            prompt_tokens=a.tokens,
+            prompt_tokens_estimated=True,
+            full_history_tokens=a.full_history_tokens,
+            selected_references=list(a.selected),
+            usage=attempt.usage_dict(),
+            cost_usd=attempt.cost_usd(),
+            duration_s=attempt.duration_s,
+            exit_code=attempt.exit_code,
+            outcome=attempt.outcome_name(),
+            timed_out=attempt.outcome.timed_out,
+            killed_processes=list(attempt.outcome.killed),
+            attempts=attempt.n,
+            completion=attempt.completion(),
+            committed=attempt.committed,
+            files_changed=attempt.files_changed,
+            error=attempt.error,
+            checks=self.report.to_dict(),
+            updated_references=list(self.report.updated_references),
+            transcript=self.project.rel(attempt.transcript),
+            **self.reference_use(attempt),
+        )
 
-
-def build_prompt(loop: Loop, story: Story, memory: Memory) -> Assembled:
-    """The one place the loop asks for a prompt (prompt.assemble; notes = check fixes)."""
-    from orchestrator.run import prompt
-
-    return prompt.assemble(
-        loop.project, story, memory, mode=loop.mode, notes=loop.notes, tool=loop.agent.name
-    )
+    def reference_use(self, attempt: Attempt) -> dict[str, Any]:
+        """Which references the agent opened, missed and left untouched (memory.usage):
+        optional record keys, absent when the agent's stream does not show its reads."""
+        assert self.report is not None, "reference_use() needs verify() first"
+        try:
+            return usage.ledger_fields(
+                self.ctx.agent.file_reads(attempt.outcome.output),
+                inlined=self.assembled.selected,
+                updated=self.report.updated_references,
+                root=Path(self.project.root),
+                refs_dir=self.project.references.rel_dir,
+                progress_path=self.project.rel(Path(self.project.progress_path)),
+            )
+        except (OSError, ValueError, RuntimeError) as exc:  # a statistic: never lose the record
+            log.warning("reference_use_unknown", error=str(exc))
+            return {}

@@ -22,25 +22,27 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from orchestrator import ledger, stopsignals
+from orchestrator import ledger, lock, stopsignals
 from orchestrator import log as runlog
-from orchestrator.agents import runner
+from orchestrator.agents import get_agent, runner
 from orchestrator.errors import (
     EXIT_ITERATIONS_EXHAUSTED,
     EXIT_OK,
     EXIT_STUCK,
     BudgetExhausted,
     FatalError,
-    InputError,
     Interrupted,
     Stuck,
 )
+from orchestrator.ledger import IterationRecord
 from orchestrator.log import get_logger
-from orchestrator.project import ensure_logs_dir
+from orchestrator.memory.prd import Prd, Story
+from orchestrator.project import Project, ensure_logs_dir
 from orchestrator.run import archive, notify
 from orchestrator.run.budget import Budget
+from orchestrator.run.checks import CheckReport
 from orchestrator.run.display import Display, summary_line
-from orchestrator.run.iteration import SENTINEL, Attempt, Iteration
+from orchestrator.run.iteration import SENTINEL, Attempt, Context, Iteration
 
 log = get_logger()
 RETRY_DELAY_CAP = 3600.0  # the longest backoff between two retries of a failing agent
@@ -72,19 +74,17 @@ class RunSummary:
     message: str
 
 
-def run(project: Any, options: RunOptions | None = None) -> RunSummary:
-    """Run the loop on `project` (a project.Project). Raises FatalError subclasses for
-    budget (3), stuck (4), interrupted (128 + signal) and input/config problems (2)."""
-    from orchestrator import lock
-
+def run(project: Project, options: RunOptions | None = None) -> RunSummary:
+    """Run the loop on `project`. Raises FatalError subclasses for budget (3), stuck (4),
+    interrupted (128 + signal) and input/config problems (2)."""
     options = options or RunOptions()
     with lock.project_lock(project, command="ralph run"), runner.stop_signals_interrupt():
         return Loop(project, options).run()
 
 
-def _crashed(rec: dict[str, Any]) -> bool:
+def _crashed(rec: IterationRecord) -> bool:
     """The agent exited with an error and changed nothing (a timeout is not a crash)."""
-    return rec["outcome"] == "failed" and not rec.get("committed") and not rec.get("files_changed")
+    return rec.outcome == "failed" and not rec.committed and not rec.files_changed
 
 
 class ChecksFailed(FatalError):
@@ -95,9 +95,7 @@ class ChecksFailed(FatalError):
 
 
 class Loop:
-    def __init__(self, project: Any, options: RunOptions) -> None:
-        from orchestrator.agents import get_agent
-
+    def __init__(self, project: Project, options: RunOptions) -> None:
         self.project = project
         self.cfg = project.config
         self.options = options
@@ -106,7 +104,7 @@ class Loop:
         self.mode = options.mode or self.cfg.mode
         # Fails here (exit 2) for an unknown tool or a missing binary, before any file changes.
         self.agent = get_agent(self.tool, self.cfg.agent(self.tool))
-        self.compat = bool(getattr(self.cfg, "compat", False))
+        self.compat = self.cfg.compat
         self.display = options.display or Display(quiet=options.quiet, compat=self.compat)
         if Path(project.ledger_path).parent == Path(project.logs_dir):
             ensure_logs_dir(project)  # git-ignored before the first file lands in it
@@ -117,9 +115,9 @@ class Loop:
         self.budget = Budget(
             self.cfg.budget.run_tokens, self.cfg.budget.run_cost_usd, self.cfg.budget.warn_at
         )
-        self.records: list[dict[str, Any]] = []
+        self.records: list[IterationRecord] = []
         self.notes: list[str] = []  # fix notes for the next prompt (checks: retry)
-        self.no_progress: list[dict[str, Any]] = []
+        self.no_progress: list[IterationRecord] = []
         self.iteration = 0
         self.calls = 0  # agent calls that count against max_iterations (retries included)
         self.retries = 0
@@ -165,8 +163,6 @@ class Loop:
             self._finish(status, exit_code, message)
 
     def _prepare_files(self) -> None:
-        from orchestrator.memory.prd import Prd
-
         p = self.project
         Prd.load(Path(p.prd_path))  # a missing or invalid prd.json stops here, nothing changed
         result = archive.archive_on_branch_change(
@@ -181,8 +177,6 @@ class Loop:
         archive.ensure_progress(Path(p.progress_path), archive.ralph_date())
 
     def _loop(self) -> tuple[str, int, str]:
-        from orchestrator.memory.prd import Prd
-
         memory = "" if self.compat else f" - Memory: {self.mode}"
         self.display.line(
             f"Starting Ralph - Tool: {self.agent.name} - Max iterations: "
@@ -206,10 +200,10 @@ class Loop:
             if self.iteration:
                 self.options.sleep(self.cfg.sleep_between)
             self.iteration += 1
-            rec = self._one_iteration(prd, story)
-            if self.compat and not self._all_passed():
+            rec, all_passed = self._one_iteration(prd, story)
+            if self.compat and not all_passed:
                 self.display.line(f"Iteration {self.iteration} complete. Continuing...")
-            if rec.get("completion") == "complete":
+            if rec.completion == "complete":
                 continue  # prd.json agrees: the next pass returns success
             self._check_stuck(rec)
 
@@ -217,16 +211,16 @@ class Loop:
         retries = f", {self.retries} of them retries" if self.retries else ""
         return f"{self.calls} agent call(s) in {self.iteration} iteration(s){retries}"
 
-    def _exhausted(self, prd: Any) -> tuple[str, int, str]:
+    def _exhausted(self, prd: Prd) -> tuple[str, int, str]:
         """The cap on agent calls is used up. If every call of the run failed, say so with
         exit 4 (the agent is broken, more calls will not help) rather than exit 1."""
         if self.records and all(_crashed(r) for r in self.records):
             last = self.records[-1]
             raise Stuck(
                 f"the agent failed on every call of this run ({self._calls_text()}; cap "
-                f"{self.max_iterations}); last: {last['outcome']}"
-                + (f" (exit {last['exit_code']})" if last.get("exit_code") is not None else "")
-                + (f" {str(last['error'])[:120]}" if last.get("error") else "")
+                f"{self.max_iterations}); last: {last.outcome}"
+                + (f" (exit {last.exit_code})" if last.exit_code is not None else "")
+                + (f" {last.error[:120]}" if last.error else "")
                 + f". Look at the transcripts in {self.run_dir}, fix the agent, then run "
                 "`ralph run` again."
             )
@@ -240,14 +234,6 @@ class Loop:
             ),
         )
 
-    def _all_passed(self) -> bool:
-        from orchestrator.memory.prd import Prd
-
-        try:
-            return Prd.load(Path(self.project.prd_path)).all_passed()
-        except InputError:
-            return False
-
     def _compat_lines(self, status: str) -> list[str]:
         """ralph.sh's closing lines for a finished run (`compat`)."""
         n = self.max_iterations
@@ -258,8 +244,20 @@ class Loop:
             f"Check {self.project.progress_path} for status.",
         ]
 
-    def _one_iteration(self, prd: Any, story: Any) -> dict[str, Any]:
-        it = Iteration(self, self.iteration, story, prd)
+    def _context(self) -> Context:
+        return Context(
+            project=self.project,
+            agent=self.agent,
+            display=self.display,
+            run_dir=self.run_dir,
+            mode=self.mode,
+            max_iterations=self.max_iterations,
+            notes=tuple(self.notes),
+        )
+
+    def _one_iteration(self, prd: Prd, story: Story) -> tuple[IterationRecord, bool]:
+        """Run one iteration; its record, and whether prd.json now has every story passing."""
+        it = Iteration(self._context(), self.iteration, story, prd)
         # For watchers (`ralph status --follow`, `ralph serve`): which story is running now.
         self.ledger.event(
             "iteration_start",
@@ -273,7 +271,7 @@ class Loop:
         report = it.verify(attempt)
         rec = it.record(attempt)
         self.ledger.iteration(rec)
-        self.records.append({"event": "iteration", "run_id": self.ledger.run_id, **rec})
+        self.records.append(rec)
         self.budget.add(
             reported_tokens=attempt.reported_tokens(),
             estimated_tokens=it.assembled.tokens,
@@ -282,12 +280,19 @@ class Loop:
         st = self.display.status
         st.tokens, st.cost_usd = self.budget.spent_tokens, self.budget.spent_cost or None
         self._after(rec, report)
-        if rec["outcome"] == "interrupted":
+        if rec.outcome == "interrupted":
             raise Interrupted(
                 f"interrupted during iteration {self.iteration} ({story.id}); the agent was "
                 "stopped and the iteration recorded. Run `ralph run` again to continue."
             )
-        return rec
+        return rec, attempt.all_passed
+
+    def _rows(self) -> list[dict[str, Any]]:
+        """This run's iteration records as the ledger has them (for totals and the table)."""
+        return [
+            {"event": "iteration", "run_id": self.ledger.run_id, **r.to_json()}
+            for r in self.records
+        ]
 
     def _attempt_until_done(self, it: Iteration) -> Attempt:
         """Spawn the agent; wait out usage limits and retry transient failures.
@@ -390,11 +395,11 @@ class Loop:
         )
         self.display.countdown(delay, "backoff", self.options.sleep)
 
-    def _after(self, rec: dict[str, Any], report: Any) -> None:
+    def _after(self, rec: IterationRecord, report: CheckReport) -> None:
         self.display.line(
-            summary_line(rec), style="bold green" if rec["outcome"] == "passed" else "bold"
+            summary_line(rec.to_json()), style="bold green" if rec.outcome == "passed" else "bold"
         )
-        if rec.get("completion") == "false":
+        if rec.completion == "false":
             self.display.warn(
                 f"the agent said {SENTINEL} but prd.json still has stories with passes "
                 "false: ignored (false completion); continuing"
@@ -406,12 +411,12 @@ class Loop:
                     + (f". Fix: {f.fix}" if f.fix else "")
                 )
         if not report.ok:
-            self.notify.check_failed(rec["story_id"], [f.message for f in report.errors()])
+            self.notify.check_failed(rec.story_id, [f.message for f in report.errors()])
         policy = self.cfg.checks
         self.notes = report.fix_notes() if policy == "retry" and not report.ok else []
         if policy == "fail" and not report.ok:
             raise ChecksFailed(
-                f"post-story checks failed for {rec['story_id']} (checks: fail): "
+                f"post-story checks failed for {rec.story_id} (checks: fail): "
                 + "; ".join(f.message for f in report.errors())
                 + f". Details in the ledger ({self.project.ledger_path}); fix them, then "
                 "run `ralph run` again."
@@ -420,17 +425,17 @@ class Loop:
             self.display.warn(w)
             self.notify.budget_warning(w)
 
-    def _check_stuck(self, rec: dict[str, Any]) -> None:
-        if rec["outcome"] == "passed" or rec.get("committed") or rec.get("files_changed"):
+    def _check_stuck(self, rec: IterationRecord) -> None:
+        if rec.outcome == "passed" or rec.committed or rec.files_changed:
             self.no_progress = []
             return
         self.no_progress.append(rec)
         n = self.cfg.stuck_after
         if len(self.no_progress) >= n:
             seen = "; ".join(
-                f"#{r['iteration']} {r['story_id']}: {r['outcome']}"
-                + (f" (exit {r['exit_code']})" if r.get("exit_code") not in (0, None) else "")
-                + (f" {r['error'][:80]}" if r.get("error") else "")
+                f"#{r.iteration} {r.story_id}: {r.outcome}"
+                + (f" (exit {r.exit_code})" if r.exit_code not in (0, None) else "")
+                + (f" {r.error[:80]}" if r.error else "")
                 for r in self.no_progress[-n:]
             )
             raise Stuck(
@@ -441,8 +446,6 @@ class Loop:
 
     # ---- the end ----------------------------------------------------------------------------
     def _summary(self, status: str, exit_code: int, message: str) -> RunSummary:
-        from orchestrator.memory.prd import Prd
-
         prd = Prd.load(Path(self.project.prd_path))
         return RunSummary(
             run_id=self.ledger.run_id,
@@ -451,12 +454,13 @@ class Loop:
             iterations=self.iteration,
             passed=prd.passed_count(),
             total=len(prd.stories),
-            totals=ledger.totals(self.records),
+            totals=ledger.totals(self._rows()),
             message=message,
         )
 
     def _finish(self, status: str, exit_code: int, message: str) -> None:
-        tot = ledger.totals(self.records)
+        rows = self._rows()
+        tot = ledger.totals(rows)
         with contextlib.suppress(Exception):
             self.ledger.event(
                 "run_end",
@@ -471,7 +475,7 @@ class Loop:
         self.ledger.close()
         if self.records:
             self.display.line("")
-            self.display.print_table(self.records)
+            self.display.print_table(rows)
             if tot.usage_reported < tot.iterations:
                 self.display.line(
                     f"note: {tot.iterations - tot.usage_reported} iteration(s) without "

@@ -21,6 +21,7 @@ from typing import Any
 
 from orchestrator.config import NotifyConfig
 from orchestrator.log import get_logger
+from orchestrator.project import Project
 from orchestrator.redact import Redactor
 from orchestrator.run.display import duration, money
 from orchestrator.tokens import fmt
@@ -177,6 +178,6 @@ def summary(t: Any) -> str:
     )
 
 
-def for_loop(project: Any, run_id: str) -> Notifier:
+def for_loop(project: Project, run_id: str) -> Notifier:
     """The notifier of one run of `project` (named after its folder)."""
     return Notifier(project.config.notify, project.root.name, run_id)

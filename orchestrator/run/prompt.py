@@ -29,10 +29,14 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from orchestrator import fsutil
+from orchestrator import fsutil, ledger
 from orchestrator import tokens as tok
 from orchestrator.errors import EXIT_BUDGET, ConfigError, FatalError, InputError
 from orchestrator.log import get_logger
+from orchestrator.memory import usage
+from orchestrator.memory.prd import Prd
+from orchestrator.memory.store import Memory
+from orchestrator.project import Project
 
 if TYPE_CHECKING:
     from orchestrator.run import select as sel
@@ -102,6 +106,7 @@ class Inputs:
     cutoff: float | None = None  # None: select.DEFAULT_CUTOFF
     blend: float | None = None  # None: select.DEFAULT_BLEND
     stories: dict[str, str] = field(default_factory=dict)  # prd.json id -> text, for ranking
+    prior: dict[str, float] = field(default_factory=dict)  # memory.usage: path -> boost
 
 
 # (prompt tokens, tokens per part, what Ralph would have loaded)
@@ -149,9 +154,7 @@ class Assembled:
             "parts": self.parts,
             "full_history_tokens": self.full_history_tokens,
             "saved_tokens": saved,
-            "saved_pct": round(100 * saved / self.full_history_tokens, 1)
-            if self.full_history_tokens
-            else 0.0,
+            "saved_pct": ledger.saved_pct(self.full_history_tokens, self.tokens),
             "selected": self.selected,
             "considered": self.considered,
         }
@@ -376,6 +379,7 @@ def build_indexed(inp: Inputs, *, with_counterfactual: bool = True) -> Assembled
             stories=_other_stories(inp),
             history=inp.progress_text,
             encoding=enc,
+            prior=inp.prior,
         )
         refs = sel.render(selection, sources)
         vals = {**base_vals, "references": refs}
@@ -485,8 +489,8 @@ def _read_template(path: Path, what: str) -> Template:
         raise ConfigError(f"{what}: {path} is not UTF-8 text") from exc
 
 
-def indexed_template(project: Any) -> Template:
-    configured = getattr(project.config, "template", None)
+def indexed_template(project: Project) -> Template:
+    configured = project.config.template
     if configured:
         return _read_template(Path(project.root) / configured, "ralph.yaml template")
     local = Path(project.ralph_dir) / USER_TEMPLATE
@@ -511,80 +515,76 @@ def _rel(path: Path, root: Path) -> str:
         return str(path)
 
 
-def _prd_facts(prd_path: Path) -> tuple[str, dict[str, str]]:
-    """The branch name and each story's text, read leniently: the loop has already
-    validated prd.json, and a prompt must not fail on what only helps ranking."""
-    from orchestrator.memory.prd import Prd
-
+def _prd_facts(prd_path: Path, prd: Prd | None) -> tuple[str, dict[str, str]]:
+    """The branch name and each story's text: from `prd` when the caller has read it (the
+    loop has), else read leniently, since a prompt must not fail on what only helps ranking."""
     try:
-        prd = Prd.load(prd_path)
+        prd = prd or Prd.load(prd_path)
     except (OSError, InputError):
         return "", {}
     return prd.branch_name or "", {s.id: s.text() for s in prd.stories}
 
 
 def inputs_for(
-    project: Any,
+    project: Project,
     story: Any,
-    memory: Any,
+    memory: Memory,
     *,
     notes: Sequence[str] = (),
     budget: int | None = None,
     tool: str | None = None,
+    prd: Prd | None = None,
 ) -> Inputs:
     cfg = project.config
-    refs_cfg = getattr(cfg, "references", None)
-    budget_cfg = getattr(cfg, "budget", None)
-    store = getattr(project, "references", None)
-    branch, stories = _prd_facts(project.prd_path)
+    branch, stories = _prd_facts(project.prd_path, prd)
     return Inputs(
         story=story,
         progress_text=memory.progress_text,
-        index_text=getattr(memory.progress, "index_text", "") or "",
+        index_text=memory.progress.index_text,
         references=list(memory.references),
         indexed_template=indexed_template(project),
         full_template=builtin_template("prompt-full.md"),
-        user_prompt=user_prompt_file(project.ralph_dir, tool or getattr(cfg, "tool", None)),
+        user_prompt=user_prompt_file(project.ralph_dir, tool or cfg.tool),
         notes=tuple(notes),
-        budget=budget if budget is not None else getattr(budget_cfg, "prompt_tokens", None),
-        always=tuple(getattr(refs_cfg, "always", ()) or ()),
-        ref_cap=getattr(refs_cfg, "max_tokens", None),
-        encoding=getattr(cfg, "encoding", tok.DEFAULT_ENCODING),
+        budget=budget if budget is not None else cfg.budget.prompt_tokens,
+        always=tuple(cfg.references.always),
+        ref_cap=cfg.references.max_tokens,
+        encoding=cfg.encoding,
         paths={
             "progress_path": _rel(project.progress_path, project.root),
             "prd_path": _rel(project.prd_path, project.root),
-            "references_dir": str(
-                getattr(store, "rel_dir", None) or getattr(refs_cfg, "dir", "ralph/references")
-            ),
+            "references_dir": project.references.rel_dir or cfg.references.dir,
             "branch": branch,
         },
         stories=stories,
+        prior=usage.prior_of(
+            project.ledger_path,
+            [r.path for r in memory.references],
+            project.references.rel_dir,
+        ),
     )
 
 
 def assemble(
-    project: Any,
+    project: Project,
     story: Any,
-    memory: Any,
+    memory: Memory,
     *,
     mode: str | None = None,
     notes: Sequence[str] = (),
     budget: int | None = None,
     tool: str | None = None,
+    prd: Prd | None = None,
 ) -> Assembled:
     """The prompt `ralph run` sends for `story` (the loop's contract; see architecture.md).
 
     `mode` None means the project's configured mode (config `mode`, default auto); `budget`
     None means `budget.prompt_tokens`; `tool` None means config `tool` (it picks CLAUDE.md
-    or prompt.md in full mode)."""
-    inp = inputs_for(project, story, memory, notes=notes, budget=budget, tool=tool)
+    or prompt.md in full mode); `prd` None reads prd.json for the branch and story texts."""
+    inp = inputs_for(project, story, memory, notes=notes, budget=budget, tool=tool, prd=prd)
     progress = memory.progress
     # The index rows are the references that no area lists (parsing the table again, or
     # every log entry just to see whether there is one, costs seconds on a long history).
-    rows = sum(1 for r in memory.references if not getattr(r, "area", ""))
-    fresh = (
-        not rows
-        and bool(getattr(progress, "has_index", False))
-        and not getattr(progress, "entries", [])
-    )
-    return build(inp, str(mode or getattr(project.config, "mode", "auto")), rows, fresh_index=fresh)
+    rows = sum(1 for r in memory.references if not r.area)
+    fresh = not rows and progress.has_index and not progress.entries
+    return build(inp, mode or project.config.mode, rows, fresh_index=fresh)

@@ -54,6 +54,10 @@ DEFAULT_BLEND = 0.4
 # story's text says little (an id and a title), recency is the best guess left.
 DEFAULT_RECENCY = 0.3
 RECENCY_HALF_LIFE = 5.0
+# How far a reference's prior from use (agents opened it though it was not inlined) lifts its
+# matching items, as a share of the best item's score: a full prior lifts an item at 0.2 of
+# the best over DEFAULT_CUTOFF.
+PRIOR_WEIGHT = 0.3
 # BM25 parameters: bm25s's (and Lucene's) defaults.
 _K1, _B = 1.5, 0.75
 # Trimming an over-long item to fewer tokens than this keeps too little of it to be useful.
@@ -527,8 +531,12 @@ def select(
     history: str = "",
     recency: float = DEFAULT_RECENCY,
     encoding: str = tok.DEFAULT_ENCODING,
+    prior: Mapping[str, float] | None = None,
 ) -> Selection:
     """Pick items for `query` within `budget` tokens (None: no budget, cut-off only).
+
+    `prior` maps reference paths to a boost in [0, 1] (memory.usage.prior_from_ledger:
+    references agents opened although they were not inlined); see `with_prior`.
 
     `history` is the progress log (story ids in it say which learnings are recent).
     `ref_cap` caps the tokens taken from any one reference (config `references.max_tokens`).
@@ -536,6 +544,8 @@ def select(
     `_MIN_TRIM` tokens of it fit, else skipped.
     """
     sc = _score(query, sources, blend, stories, history, recency)
+    if prior:
+        sc.scores = with_prior(sc.scores, sc.refs, [s.path for s in sources], prior)
     story_refs = hinted(sources, story_hints)
     always_refs = [i for i in hinted(sources, always) if i not in story_refs]
     tier = {r: 0 for r in story_refs} | {r: 1 for r in always_refs}
@@ -575,8 +585,24 @@ def select(
         st["why"].add(("hint: story" if t == 0 else "always") if t < 2 else "relevant")
         taken.append(c)
     considered = _considered(sources, sc.ref_scores.tolist(), stats, tier)
+    boosts = prior or {}  # shown by `ralph prompt --json`: why a weak match was taken
+    for row in (r for r in considered if r["path"] in boosts):
+        row["prior"] = boosts[row["path"]]
     picked = sorted(taken, key=lambda c: (c.ref, c.pos))
     return Selection(picked, considered, sum(per_ref.values()))
+
+
+def with_prior(
+    scores: np.ndarray, refs: np.ndarray, paths: Sequence[str], prior: Mapping[str, float]
+) -> np.ndarray:
+    """Item scores raised by their reference's prior: + PRIOR_WEIGHT * prior * best score,
+    never above the best score (the cut-off for the other items stays where it was). Only
+    items that match the story at all (score > 0) are raised: a reference missed once is
+    given again when relevant, not to every story."""
+    boost = np.array([float(prior.get(p, 0.0)) for p in paths])[refs] if len(refs) else refs
+    top = scores.max(initial=0.0)
+    raised = np.minimum(top, scores + PRIOR_WEIGHT * boost * top)
+    return np.round(np.where(scores > 0.0, raised, scores), 6)
 
 
 class _RefStats(TypedDict):

@@ -13,19 +13,20 @@ from typing import Any
 
 from orchestrator import fsutil, ledger, tokens
 from orchestrator.errors import PathEscapeError
-from orchestrator.memory import areas
+from orchestrator.memory import areas, usage
 from orchestrator.memory.store import FastStore
+from orchestrator.project import Project
 from orchestrator.upkeep import audit
 
 
-def collect(project: Any) -> dict[str, Any]:
+def collect(project: Project) -> dict[str, Any]:
     from orchestrator.memory.prd import Prd
     from orchestrator.memory.progress import Progress
 
     prd = Prd.load(Path(project.prd_path))
     nxt = prd.next_story()
     enc = project.config.encoding
-    tokens.use_disk_cache(getattr(project, "logs_dir", None))
+    tokens.use_disk_cache(project.logs_dir)
     progress_path = Path(project.progress_path)
     text = fsutil.read_text(progress_path) if fsutil.present(progress_path) else ""
     prog = Progress.parse(text)
@@ -52,12 +53,12 @@ def collect(project: Any) -> dict[str, Any]:
         if (w := audit.index_warning(text, project.config.budget.prompt_tokens))
         else [],
         "references": refs,
-        "last_run": last_run(Path(project.ledger_path)),
+        "last_run": last_run(Path(project.ledger_path), refs, project.references.rel_dir),
         "live": live_run(project),
     }
 
 
-def references(project: Any, prog: Any, encoding: str) -> list[dict[str, Any]]:
+def references(project: Project, prog: Any, encoding: str) -> list[dict[str, Any]]:
     """Every index row (with its file's size) and every reference file not in the index."""
     store = FastStore(project.references)
     out: list[dict[str, Any]] = []
@@ -99,11 +100,16 @@ def references(project: Any, prog: Any, encoding: str) -> list[dict[str, Any]]:
     return out
 
 
-def last_run(ledger_path: Path) -> dict[str, Any] | None:
+def last_run(
+    ledger_path: Path, refs: list[dict[str, Any]] | None = None, refs_dir: str = ""
+) -> dict[str, Any] | None:
     records = ledger.read(ledger_path)
     run_id = ledger.last_run_id(records)
     if not run_id:
         return None
+    use = usage.summarize(ledger.iterations(records, run_id)).as_dict()
+    topics = {usage.index_path(r["path"], refs_dir): r["topic"] for r in refs or [] if r["topic"]}
+    use["missed_topics"] = [topics.get(p) or Path(p).stem for p in use["missed_paths"]]
     end = [r for r in records if r.get("run_id") == run_id and r.get("event") == "run_end"]
     d = ledger.run_totals(records, run_id).as_dict()
     d.update(
@@ -111,11 +117,12 @@ def last_run(ledger_path: Path) -> dict[str, Any] | None:
         status=end[-1].get("status") if end else None,
         exit_code=end[-1].get("exit_code") if end else None,
         skipped_lines=len(records.skipped),
+        references_use=use,
     )
     return d
 
 
-def live_run(project: Any) -> dict[str, Any] | None:
+def live_run(project: Project) -> dict[str, Any] | None:
     """The run going on now (pid, story, iteration, since), or None when none is live."""
     from orchestrator.run import watch
 

@@ -24,6 +24,7 @@ from rich.table import Table
 from rich.text import Text
 
 from orchestrator import ledger, lock
+from orchestrator.project import Project
 from orchestrator.run.display import duration, money, relative
 from orchestrator.tokens import fmt
 
@@ -89,7 +90,7 @@ class RunView:
         return (now - self.started).total_seconds() if self.started else None
 
 
-def live_run_id(project: Any, records: list[dict[str, Any]]) -> str | None:
+def live_run_id(project: Project, records: list[dict[str, Any]]) -> str | None:
     """The run holding the project's lock now, or None when no run is live."""
     starts = [r for r in records if r.get("event") == "run_start" and r.get("run_id")]
     if not starts:
@@ -98,7 +99,7 @@ def live_run_id(project: Any, records: list[dict[str, Any]]) -> str | None:
     return run_id if _still_live(project, records, run_id) else None
 
 
-def _still_live(project: Any, records: list[dict[str, Any]], run_id: str) -> bool:
+def _still_live(project: Project, records: list[dict[str, Any]], run_id: str) -> bool:
     """No `run_end` yet and the lock is held (a killed run leaves no run_end, but the
     kernel has released its lock). The lock is probed only when needed, and never created:
     a watcher must not write into the project."""
@@ -149,7 +150,7 @@ def _apply(view: RunView, r: dict[str, Any]) -> None:
         view.end, view.in_iteration, view.wait = r, False, None
 
 
-def build(project: Any, records: list[dict[str, Any]], run_id: str, live: bool) -> RunView:
+def build(project: Project, records: list[dict[str, Any]], run_id: str, live: bool) -> RunView:
     """The view of run `run_id` from the ledger records (and, when live, the lock holder)."""
     view = RunView(run_id=run_id, live=live)
     mine = [r for r in records if r.get("run_id") == run_id]
@@ -164,7 +165,7 @@ def build(project: Any, records: list[dict[str, Any]], run_id: str, live: bool) 
     return view
 
 
-def _stories(project: Any) -> tuple[int, int] | None:
+def _stories(project: Project) -> tuple[int, int] | None:
     from orchestrator.errors import InputError
     from orchestrator.memory.prd import Prd
 
@@ -219,7 +220,7 @@ class TranscriptTail:
         return shown
 
 
-def display_filter(project: Any, agent_name: str | None) -> Callable[[str], str | None]:
+def display_filter(project: Project, agent_name: str | None) -> Callable[[str], str | None]:
     """The agent adapter's display(line), or plain stripped lines if it cannot be built."""
     from orchestrator.agents import get_agent
     from orchestrator.errors import FatalError
@@ -307,7 +308,7 @@ def panel(view: RunView, last: list[str], now: datetime) -> Group:
 
 
 def follow(
-    project: Any,
+    project: Project,
     console: Console,
     *,
     interval: float = 0.5,
@@ -331,13 +332,13 @@ def follow(
     return 0
 
 
-def _poll(project: Any, run_id: str) -> RunView:
+def _poll(project: Project, run_id: str) -> RunView:
     records = ledger.read(Path(project.ledger_path))
     return build(project, records, run_id, live=_still_live(project, records, run_id))
 
 
 def _follow_live(
-    project: Any,
+    project: Project,
     console: Console,
     run_id: str,
     tail: TranscriptTail,
@@ -363,7 +364,7 @@ def _follow_live(
 
 
 def _follow_plain(
-    project: Any,
+    project: Project,
     console: Console,
     run_id: str,
     tail: TranscriptTail,

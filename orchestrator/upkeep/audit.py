@@ -1,7 +1,9 @@
 """The findings engine behind `ralph check`: is the indexed memory consistent?
 
 It reads progress.txt's `## Progress Index` and `## Archived` tables with line numbers (so a
-finding can point at the line to fix) and the references folder, and reports: malformed
+finding can point at the line to fix) through `memory.progress.Progress`, the one reading
+`ralph run` uses, so a row check accepts is a row the loop reads and a line check calls
+malformed is one the loop does not read. With the references folder it reports: malformed
 tables, rows whose file is missing, files no row names, paths escaping the folder, duplicate
 and near-duplicate topics, references over `references.max_tokens`, log entries without a
 story id, and an interrupted compact/migrate apply. It never writes.
@@ -10,24 +12,21 @@ story id, and an interrupted compact/migrate apply. It never writes.
 from __future__ import annotations
 
 import difflib
+import functools
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from orchestrator import fsutil, tokens
 from orchestrator.errors import FatalError, PathEscapeError
 from orchestrator.memory import areas, journal
-from orchestrator.memory.markdown import sections
+from orchestrator.memory.findings import Finding
 from orchestrator.memory.prd import Prd
-from orchestrator.memory.progress import extract_story_ids, looks_like_entry
+from orchestrator.memory.progress import Progress, extract_story_ids
 from orchestrator.memory.store import FastStore, PathResolver
+from orchestrator.memory.tables import TableRow, is_reserved_heading
+from orchestrator.project import Project
 
-INDEX_HEADING = "## Progress Index"
-ARCHIVED_HEADING = "## Archived"
-HISTORY_HEADING = "## Migrated History"
-_RESERVED = ("## progress index", "## archived", "## codebase patterns", "## migrated history")
-_SEPARATOR = re.compile(r"^:?-{3,}:?$")
 _NEAR = 0.85  # difflib ratio between two words that counts as the same word (typos)
 # `ralph check` and `ralph status` warn when the Progress Index passes this share of
 # budget.prompt_tokens: every agent that reads the index pays for it, and ralph.sh users
@@ -35,54 +34,15 @@ _NEAR = 0.85  # difflib ratio between two words that counts as the same word (ty
 INDEX_WARN_SHARE = 0.25
 
 
-@dataclass(frozen=True)
-class Row:
-    topic: str
-    path: str
-    line: int  # 1-based line in progress.txt
-    archived: bool = False
-    area: str = ""  # for a topic an area reference lists: that area reference's path
-    extra_cells: bool = False  # `| topic | path | note |`: read, but never rewritten
+Row = TableRow  # one row type: the model's
 
 
-@dataclass(frozen=True)
-class Finding:
-    kind: str
-    file: str
-    line: int | None
-    message: str
-    fix: str
-
-    def format(self) -> str:
-        where = f"{self.file}:{self.line}" if self.line else self.file
-        return f"{where}: {self.message} (fix: {self.fix}) [{self.kind}]"
+def _finding(kind: str, file: str, line: int | None, message: str, fix: str) -> Finding:
+    """A `ralph check` finding: every one fails the check (exit 1), so all are errors."""
+    return Finding(kind, "error", message, fix, file, line)
 
 
-# ---------------------------------------------------------------- parsing helpers
-
-
-def split_row(line: str) -> list[str] | None:
-    """Cells of a markdown table line (`\\|` is a literal bar), or None if it is not one."""
-    s = line.strip()
-    if not s.startswith("|"):
-        return None
-    cells = re.split(r"(?<!\\)\|", s.strip("|") if s.endswith("|") and len(s) > 1 else s[1:])
-    return [c.strip().replace("\\|", "|") for c in cells]
-
-
-def is_reserved(heading: str) -> bool:
-    return heading.strip().lower().startswith(_RESERVED)
-
-
-def is_log_section(heading: str) -> bool:
-    """A narrative log entry (rotated by compact, expected to carry a story id)."""
-    if is_reserved(heading):
-        return False
-    return looks_like_entry(heading)
-
-
-def story_ids(heading: str) -> list[str]:
-    return extract_story_ids(heading)
+# ---------------------------------------------------------------- topics
 
 
 def norm_topic(topic: str) -> str:
@@ -214,22 +174,24 @@ def near_duplicate_pairs(rows: list[Row]) -> list[tuple[Row, Row]]:
 class MemoryFiles:
     """progress.txt's tables plus access to the references folder, for check and compact."""
 
-    project: Any
+    project: Project
     text: str
     rows: list[Row]
     table_problems: list[tuple[int, str]]
     rel_dir: str
+    progress: Progress = field(default_factory=lambda: Progress.parse(""))
     texts: dict[str, str | None] = field(default_factory=dict)  # read once per path
     nested: list[Row] = field(default_factory=list)  # the topics area references list
     store: PathResolver | None = None  # project.references, resolving many paths at once
 
     @classmethod
-    def load(cls, project: Any) -> MemoryFiles:
-        tokens.use_disk_cache(getattr(project, "logs_dir", None))
+    def load(cls, project: Project) -> MemoryFiles:
+        tokens.use_disk_cache(project.logs_dir)
         path = Path(project.progress_path)
         text = fsutil.read_text(path) if fsutil.present(path) else ""
-        rows, problems = parse_tables(text)
-        mem = cls(project, text, rows, problems, project.references.rel_dir)
+        progress = Progress.parse(text)
+        rows, problems = _rows(progress)
+        mem = cls(project, text, rows, problems, project.references.rel_dir, progress)
         mem.store = FastStore(project.references)
         for r in rows:
             if r.archived:
@@ -263,68 +225,26 @@ class MemoryFiles:
 
 
 def parse_tables(text: str) -> tuple[list[Row], list[tuple[int, str]]]:
-    """Rows of the index and archived tables, and (line, problem) for malformed lines."""
-    lines = text.split("\n")
-    rows: list[Row] = []
-    problems: list[tuple[int, str]] = []
-    for heading, start, end in sections(lines):
-        low = heading.lower()
-        if not (low.startswith(INDEX_HEADING.lower()) or low.startswith(ARCHIVED_HEADING.lower())):
-            continue
-        archived = low.startswith(ARCHIVED_HEADING.lower())
-        rows_here, probs = _parse_table(lines, start + 1, end, archived)
-        rows += rows_here
-        problems += probs
-    return rows, problems
+    """Rows of the index and archived tables, and (line, problem) for malformed lines: the
+    one reading of `memory.progress` (the rows `ralph run` reads, plus `## Archived`)."""
+    return _rows(Progress.parse(text))
 
 
-def _parse_table(
-    lines: list[str], start: int, end: int, archived: bool
-) -> tuple[list[Row], list[tuple[int, str]]]:
-    rows: list[Row] = []
-    problems: list[tuple[int, str]] = []
-    seen_sep = False
-    in_comment = False
-    for i in range(start, end):
-        ln = lines[i].strip()
-        if in_comment or ln.startswith("<!--"):
-            in_comment = "-->" not in ln
-            continue
-        if not ln or ln == "---":
-            continue
-        cells = split_row(ln)
-        if cells is None:
-            problems.append((i + 1, "a line inside the table is not a table row"))
-            continue
-        if all(_SEPARATOR.match(c) for c in cells if c):
-            seen_sep = True
-            continue
-        if cells[0].lower() == "topic" and len(cells) > 1 and cells[1].lower().startswith("ref"):
-            continue
-        if len(cells) != 2 or not cells[0] or not cells[1]:
-            problems.append((i + 1, f"a row needs exactly 2 cells (topic, path), found {cells}"))
-            if len(cells) < 2 or not cells[0] or not cells[1]:
-                continue
-            # Extra cells: the loop and `ralph status` read the first two, so this row still
-            # names its reference; dropping it here would call that file an orphan and
-            # suggest deleting it.
-        if not seen_sep:
-            problems.append((i + 1, "the table has no header separator line (|---|---|)"))
-            seen_sep = True
-        rows.append(Row(cells[0], cells[1].strip("`"), i + 1, archived, extra_cells=len(cells) > 2))
-    return rows, problems
+def _rows(progress: Progress) -> tuple[list[Row], list[tuple[int, str]]]:
+    tables = progress.tables()
+    return tables.rows, tables.problems
 
 
 # ---------------------------------------------------------------- the checks
 
 
-def check(project: Any) -> list[Finding]:
+def check(project: Project) -> list[Finding]:
     mem = MemoryFiles.load(project)
     prog = project.rel(project.progress_path)
     out: list[Finding] = []
     out += _journal_findings(project)
     out += [
-        Finding(
+        _finding(
             "malformed-table",
             prog,
             n,
@@ -352,7 +272,7 @@ def _always_findings(mem: MemoryFiles) -> list[Finding]:
     names = {norm_topic(r.topic) for r in live} | {norm_topic(Path(r.path).stem) for r in live}
     where = project.rel(project.config_path) if project.config_path else "ralph.yaml"
     return [
-        Finding(
+        _finding(
             "unknown-always",
             where,
             None,
@@ -364,12 +284,12 @@ def _always_findings(mem: MemoryFiles) -> list[Finding]:
     ]
 
 
-def _journal_findings(project: Any) -> list[Finding]:
+def _journal_findings(project: Project) -> list[Finding]:
     jdir = journal.pending(project.ralph_dir)
     if jdir is None:
         return []
     return [
-        Finding(
+        _finding(
             "interrupted-apply",
             project.rel(jdir),
             None,
@@ -387,7 +307,7 @@ def _row_findings(mem: MemoryFiles, prog: str) -> list[Finding]:
             p = mem.abs(r.path)
         except PathEscapeError as exc:
             out.append(
-                Finding(
+                _finding(
                     "path-escape",
                     where,
                     line,
@@ -398,7 +318,7 @@ def _row_findings(mem: MemoryFiles, prog: str) -> list[Finding]:
             continue
         if not p.is_file():
             out.append(
-                Finding(
+                _finding(
                     "missing-file",
                     where,
                     line,
@@ -416,7 +336,7 @@ def _folder_findings(mem: MemoryFiles) -> list[Finding]:
     if folder.is_dir() or not (folder.exists() or folder.is_symlink()):
         return []
     return [
-        Finding(
+        _finding(
             "references-not-a-folder",
             mem.rel_dir,
             None,
@@ -439,7 +359,7 @@ def _orphan_findings(mem: MemoryFiles) -> list[Finding]:
         if f.resolve() not in named:
             ip = store.index_path_of(f)
             out.append(
-                Finding(
+                _finding(
                     "orphan-file",
                     ip,
                     None,
@@ -458,7 +378,7 @@ def _duplicate_findings(mem: MemoryFiles, prog: str) -> list[Finding]:
         if key in seen_path:
             first = seen_path[key]
             out.append(
-                Finding(
+                _finding(
                     "duplicate-path",
                     prog,
                     r.line,
@@ -472,7 +392,7 @@ def _duplicate_findings(mem: MemoryFiles, prog: str) -> list[Finding]:
     for a, b in near_duplicate_pairs([r for r in mem.rows if not r.archived and not r.extra_cells]):
         kind = "duplicate-topic" if norm_topic(a.topic) == norm_topic(b.topic) else "near-duplicate"
         out.append(
-            Finding(
+            _finding(
                 kind,
                 prog,
                 b.line,
@@ -494,7 +414,7 @@ def _size_findings(mem: MemoryFiles) -> list[Finding]:
             continue  # an area reference lists topics; it never goes into a prompt
         if (n := tokens.count(text)) > cap:
             out.append(
-                Finding(
+                _finding(
                     "oversized",
                     r.path,
                     None,
@@ -505,19 +425,27 @@ def _size_findings(mem: MemoryFiles) -> list[Finding]:
     return out
 
 
-def index_size(text: str) -> tuple[int, int]:
+def index_size(text: str | Progress) -> tuple[int, int]:
     """(tokens, 1-based heading line) of progress.txt's Progress Index section; (0, 0)
-    when there is none."""
-    lines = text.split("\n")
-    for heading, start, end in sections(lines):
-        if heading.lower().startswith(INDEX_HEADING.lower()):
-            return tokens.count("\n".join(lines[start:end])), start + 1
-    return 0, 0
+    when there is none. Pass the Progress when there is one: the text is parsed otherwise."""
+    return _index_size(text if isinstance(text, Progress) else _parsed(text))
 
 
-def index_warning(text: str, budget: int) -> tuple[str, int] | None:
+@functools.lru_cache(maxsize=1)
+def _parsed(text: str) -> Progress:
+    """`ralph status` asks for the index's size and its warning with the same text: one
+    parse (a str caches its hash, so the lookup costs nothing after the first)."""
+    return Progress.parse(text)
+
+
+def _index_size(progress: Progress) -> tuple[int, int]:
+    section, line = progress.index_section()
+    return (tokens.count(section), line) if line else (0, 0)
+
+
+def index_warning(text: str | Progress, budget: int) -> tuple[str, int] | None:
     """(message, line) when the index passes INDEX_WARN_SHARE of the prompt budget."""
-    n, line = index_size(text)
+    n, line = _index_size(text if isinstance(text, Progress) else _parsed(text))
     if n <= INDEX_WARN_SHARE * budget:
         return None
     return (
@@ -529,11 +457,11 @@ def index_warning(text: str, budget: int) -> tuple[str, int] | None:
 
 
 def _index_size_findings(mem: MemoryFiles, prog: str) -> list[Finding]:
-    warning = index_warning(mem.text, mem.project.config.budget.prompt_tokens)
+    warning = index_warning(mem.progress, mem.project.config.budget.prompt_tokens)
     if warning is None:
         return []
     return [
-        Finding(
+        _finding(
             "index-large",
             prog,
             warning[1],
@@ -547,14 +475,16 @@ def _index_size_findings(mem: MemoryFiles, prog: str) -> list[Finding]:
 def _log_findings(mem: MemoryFiles, prog: str) -> list[Finding]:
     out: list[Finding] = []
     known = _prd_story_ids(mem.project)
-    for heading, start, _end in sections(mem.text.split("\n")):
-        if is_reserved(heading) or story_ids(heading) or _names_one_of(heading, known):
+    for heading, line in mem.progress.section_headings():
+        if is_reserved_heading(heading) or extract_story_ids(heading):
+            continue
+        if _names_one_of(heading, known):
             continue
         out.append(
-            Finding(
+            _finding(
                 "entry-without-story",
                 prog,
-                start + 1,
+                line,
                 f"log entry {heading!r} has no story id",
                 "put the story id in the heading, e.g. '## <date> - US-001'",
             )
@@ -562,7 +492,7 @@ def _log_findings(mem: MemoryFiles, prog: str) -> list[Finding]:
     return out
 
 
-def _prd_story_ids(project: Any) -> list[str]:
+def _prd_story_ids(project: Project) -> list[str]:
     """prd.json's story ids: an id the heading pattern cannot recognise (`API/006`) is still
     a story id when prd.json has it. A missing or broken prd.json is not this check's to
     report."""

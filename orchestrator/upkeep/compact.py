@@ -18,19 +18,19 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from orchestrator import fsutil, tokens
-from orchestrator.errors import InputError
+from orchestrator import fsutil, ledger, tokens
+from orchestrator.agents import runner
+from orchestrator.agents.base import get_agent
 from orchestrator.log import get_logger
-from orchestrator.memory import areas, refloss
+from orchestrator.memory import areas, refloss, usage
 from orchestrator.memory.journal import Transaction
-from orchestrator.memory.markdown import sections
-from orchestrator.project import ensure_logs_dir
+from orchestrator.memory.progress import Progress
+from orchestrator.project import Project, ensure_logs_dir
 from orchestrator.upkeep import audit
 
 log = get_logger()
 
 LOG_ARCHIVE = "progress-log.md"
-ARCHIVED_HEADING = "## Archived"
 OTHER_AREA = "Other topics"
 
 
@@ -63,8 +63,8 @@ def _ref_keys(value: str) -> set[str]:
 
 
 def recent_usage(records: list[dict[str, Any]], window: int) -> tuple[set[str], int]:
-    """Keys of references selected or updated in the last `window` distinct stories, and how
-    many distinct stories the ledger knows (fewer than the window: too early to age)."""
+    """Keys of references selected, opened or updated in the last `window` distinct stories,
+    and how many distinct stories the ledger knows (fewer than the window: too early to age)."""
     its = [r for r in records if r.get("event") == "iteration" and r.get("story_id")]
     order: list[str] = []
     for r in reversed(its):
@@ -75,6 +75,8 @@ def recent_usage(records: list[dict[str, Any]], window: int) -> tuple[set[str], 
     for r in its:
         if r["story_id"] in recent:
             for ref in (r.get("selected_references") or []) + (r.get("updated_references") or []):
+                used |= _ref_keys(str(ref))
+            for ref in r.get(usage.OPENED) or []:  # opened (missed or not): still in use
                 used |= _ref_keys(str(ref))
     return used, len(order)
 
@@ -98,19 +100,30 @@ def stories_since(records: list[dict[str, Any]], since: float) -> int:
     return len(ids)
 
 
-def _read_ledger(project: Any) -> list[dict[str, Any]]:
+def _read_ledger(project: Project) -> list[dict[str, Any]]:
     try:
-        from orchestrator import ledger
-
         return ledger.read(project.ledger_path)
-    except (ImportError, OSError):
+    except OSError:
         return []
 
 
-def plan(project: Any) -> CompactPlan:
+@dataclass
+class _Work:
+    """What the steps of `plan` share: the memory as read, the index rows still live, the
+    references' texts as they will be, and the writes so far."""
+
+    mem: audit.MemoryFiles
+    progress: Progress
+    live: list[audit.Row]
+    texts: dict[str, str | None]
+    always: set[str]
+    ref_writes: dict[Path, str | None] = field(default_factory=dict)
+    gone: set[str] = field(default_factory=set)  # paths of merged and archived references
+
+
+def plan(project: Project) -> CompactPlan:
     cfg = project.config
     mem = audit.MemoryFiles.load(project)
-    cap = cfg.references.max_tokens
     out = CompactPlan(progress_before=tokens.count(mem.text))
     # A row with extra cells is the user's to fix (`ralph check` names it): merging or ageing
     # it would drop the line, and what the extra cells said with it.
@@ -118,12 +131,30 @@ def plan(project: Any) -> CompactPlan:
     texts = {r.path: mem.read(r.path) for r in live}
     out.refs_before = sum(tokens.count(t) for t in texts.values() if t is not None)
     always = {audit.norm_topic(t) for t in [*cfg.references.always, "Codebase patterns"]}
-    text = mem.text
-    ref_writes: dict[Path, str | None] = {}
+    work = _Work(mem, mem.progress, live, texts, always)
+    _merge(out, work)
+    if cfg.references.stale_after:
+        _age(out, work, project, cfg.references.stale_after)
+    # Bounded topics: past references.max_topics rows, group them under area references.
+    limit = cfg.references.max_topics
+    if limit and len(work.live) > limit:
+        _nest(out, work, limit)
+    _oversized(out, work, cfg.references.max_tokens)
+    _rotate(out, work, project, cfg.log.keep_entries)
+    text = work.progress.render()
+    if text != mem.text:
+        out.writes[project.progress_path] = text
+    out.writes.update(work.ref_writes)
+    out.progress_after = tokens.count(text)
+    out.refs_after = sum(tokens.count(t) for p, t in texts.items() if p not in work.gone and t)
+    return out
 
-    # 1. near-duplicate topics: merge the later row into the earlier (every line kept)
+
+def _merge(out: CompactPlan, work: _Work) -> None:
+    """Near-duplicate topics: merge the later row into the earlier (every line kept)."""
+    mem, texts = work.mem, work.texts
     dropped: set[str] = set()
-    for a, b in audit.near_duplicate_pairs(live):
+    for a, b in audit.near_duplicate_pairs(work.live):
         a_text, b_text = texts.get(a.path), texts.get(b.path)
         if a.path in dropped or b.path in dropped or a_text is None:
             continue
@@ -131,70 +162,74 @@ def plan(project: Any) -> CompactPlan:
             continue
         out.merges.append((a, b))
         texts[a.path] = merge_texts(a_text, b_text, b)
-        ref_writes[mem.abs(a.path)] = texts[a.path]
-        ref_writes[mem.abs(_archived_path(mem, b.path, "merged"))] = b_text
-        ref_writes[mem.abs(b.path)] = None
-        text = remove_row(text, b)
+        work.ref_writes[mem.abs(a.path)] = texts[a.path]
+        work.ref_writes[mem.abs(_archived_path(mem, b.path, "merged"))] = b_text
+        work.ref_writes[mem.abs(b.path)] = None
         dropped.add(b.path)
-    live = [r for r in live if r.path not in dropped]
+    work.progress = work.progress.without_rows([(b.topic, b.path) for _a, b in out.merges])
+    work.live = [r for r in work.live if r.path not in dropped]
+    work.gone |= dropped
 
-    # 2. ageing, from the ledger
-    window = cfg.references.stale_after
-    if window:
-        records = _read_ledger(project)
-        used, n_stories = recent_usage(records, window)
-        if n_stories < window:
-            out.stale_note = (
-                f"ageing skipped: the ledger records {n_stories} stories, fewer than "
-                f"references.stale_after ({window})"
-            )
-        else:
-            for r in live:
-                keys = _ref_keys(r.path) | _ref_keys(r.topic)
-                for n in mem.nested_of(r.path):  # an area is in use when one of its topics is
-                    keys |= _ref_keys(n.path) | _ref_keys(n.topic)
-                if audit.norm_topic(r.topic) in always or keys & used or texts.get(r.path) is None:
-                    continue
-                # A reference written (migrated, edited) after those stories has not had
-                # its chance yet: age it only after `window` stories ran since.
-                if stories_since(records, mem.abs(r.path).stat().st_mtime) < window:
-                    continue
-                out.stale.append(r)
-                dest = _archived_path(mem, r.path, "")
-                ref_writes[mem.abs(dest)] = texts[r.path]
-                ref_writes[mem.abs(r.path)] = None
-                text = archive_row(remove_row(text, r), r.topic, dest)
+
+def _age(out: CompactPlan, work: _Work, project: Project, window: int) -> None:
+    """References unused in the last `window` stories of the ledger move to the archive
+    folder, their rows to the `## Archived` table."""
+    records = _read_ledger(project)
+    used, n_stories = recent_usage(records, window)
+    if n_stories < window:
+        out.stale_note = (
+            f"ageing skipped: the ledger records {n_stories} stories, fewer than "
+            f"references.stale_after ({window})"
+        )
+        return
+    mem = work.mem
+    archived: list[tuple[str, str]] = []
+    for r in work.live:
+        if not _is_stale(work, r, used) or (text := work.texts.get(r.path)) is None:
+            continue
+        # A reference written (migrated, edited) after those stories has not had its
+        # chance yet: age it only after `window` stories ran since.
+        if stories_since(records, mem.abs(r.path).stat().st_mtime) < window:
+            continue
+        out.stale.append(r)
+        dest = _archived_path(mem, r.path, "")
+        work.ref_writes[mem.abs(dest)] = text
+        work.ref_writes[mem.abs(r.path)] = None
+        archived.append((r.topic, dest))
+    stale = [(r.topic, r.path) for r in out.stale]
+    work.progress = work.progress.without_rows(stale).with_archived_rows(archived)
     stale_paths = {r.path for r in out.stale}
-    live = [r for r in live if r.path not in stale_paths]
+    work.live = [r for r in work.live if r.path not in stale_paths]
+    work.gone |= stale_paths
 
-    # 3. bounded topics: past references.max_topics rows, group them under area references
-    limit = getattr(cfg.references, "max_topics", None)
-    if limit and len(live) > limit:
-        text = _nest(out, mem, text, live, always, limit, ref_writes)
 
-    # 4. oversized (listed; condensed only on request)
-    for r in live:
-        t = texts.get(r.path)
+def _is_stale(work: _Work, r: audit.Row, used: set[str]) -> bool:
+    """Neither an `always` topic nor used recently (an area is in use when one of its
+    topics is)."""
+    keys = _ref_keys(r.path) | _ref_keys(r.topic)
+    for n in work.mem.nested_of(r.path):
+        keys |= _ref_keys(n.path) | _ref_keys(n.topic)
+    return audit.norm_topic(r.topic) not in work.always and not keys & used
+
+
+def _oversized(out: CompactPlan, work: _Work, cap: int) -> None:
+    """References over the cap are listed (condensed only on request)."""
+    for r in work.live:
+        t = work.texts.get(r.path)
         if t is not None and not areas.is_area(t) and tokens.count(t) > cap:
             out.oversized.append((r, tokens.count(t)))
 
-    # 5. log rotation
-    text, moved = rotate_log(text, cfg.log.keep_entries)
-    if moved:
-        out.rotated = len(moved)
-        archive = project.archive_dir / LOG_ARCHIVE
-        old = fsutil.read_text(archive) if archive.exists() else ""
-        sep = "" if not old or old.endswith("\n\n") else ("\n" if old.endswith("\n") else "\n\n")
-        out.writes[archive] = old + sep + "".join(moved)
 
-    if text != mem.text:
-        out.writes[project.progress_path] = text
-    out.writes.update(ref_writes)
-    out.progress_after = tokens.count(text)
-    out.refs_after = sum(
-        tokens.count(t) for p, t in texts.items() if p not in dropped and p not in stale_paths and t
-    )
-    return out
+def _rotate(out: CompactPlan, work: _Work, project: Project, keep: int) -> None:
+    """The log's entries before the last `keep` move to the archive file."""
+    work.progress, moved = work.progress.rotated(keep)
+    if not moved:
+        return
+    out.rotated = len(moved)
+    archive = project.archive_dir / LOG_ARCHIVE
+    old = fsutil.read_text(archive) if archive.exists() else ""
+    sep = "" if not old or old.endswith("\n\n") else ("\n" if old.endswith("\n") else "\n\n")
+    out.writes[archive] = old + sep + "".join(moved)
 
 
 def _area_key(row: audit.Row, text: str | None) -> str:
@@ -227,23 +262,16 @@ def _groups(
     return groups
 
 
-def _nest(
-    out: CompactPlan,
-    mem: audit.MemoryFiles,
-    text: str,
-    live: list[audit.Row],
-    always: set[str],
-    limit: int,
-    ref_writes: dict[Path, str | None],
-) -> str:
+def _nest(out: CompactPlan, work: _Work, limit: int) -> None:
     """Group index rows under area references (written beside them, listing their rows) so
     the index keeps at most `limit` rows; the topics' files stay where they are."""
-    keep = [r for r in live if audit.norm_topic(r.topic) in always or mem.is_area(r.path)]
+    mem, live = work.mem, work.live
+    keep = [r for r in live if audit.norm_topic(r.topic) in work.always or mem.is_area(r.path)]
     movable = [r for r in live if r not in keep]
     texts = {r.path: mem.read(r.path) for r in movable}
     groups = _groups(movable, texts, limit, len(keep))
     used = {r.path for r in live}
-    replace: dict[str, tuple[str, str, list[audit.Row]]] = {}
+    replace: dict[str, tuple[str, str]] = {}
     for name, rows in groups.items():
         if len(rows) < 2:
             continue
@@ -252,33 +280,16 @@ def _nest(
             path, n = mem.project.references.index_path_for(f"{name} {n}"), n + 1
         used.add(path)
         about = f"{name.lower()}" if name != OTHER_AREA else "topics of no one area"
-        ref_writes[mem.abs(path)] = areas.render(name, about, [(r.topic, r.path) for r in rows])
+        rendered = areas.render(name, about, [(r.topic, r.path) for r in rows])
+        work.ref_writes[mem.abs(path)] = rendered
         out.nested.append((name, path, rows))
-        for r in rows:
-            replace[r.path] = (name, path, rows)
-    return _rewrite_index(text, replace)
+        replace.update((r.path, (name, path)) for r in rows)
+    # One pass over the index: a grouped row gives way to its area's row (written where
+    # the area's first row was), the others stay as they are.
+    work.progress = work.progress.with_rows_replaced(replace)
 
 
-def _rewrite_index(text: str, replace: dict[str, tuple[str, str, list[audit.Row]]]) -> str:
-    """One pass over the index: a grouped row gives way to its area's row (written where
-    the area's first row was), the others stay as they are."""
-    rows, _problems = audit.parse_tables(text)
-    lines = text.split("\n")
-    written: set[str] = set()
-    drop: set[int] = set()
-    for r in rows:
-        if r.archived or r.path not in replace:
-            continue
-        name, path, _members = replace[r.path]
-        if path in written:
-            drop.add(r.line - 1)
-        else:
-            lines[r.line - 1] = f"| {name} | {path} |"
-            written.add(path)
-    return "\n".join(ln for i, ln in enumerate(lines) if i not in drop)
-
-
-def apply(project: Any, p: CompactPlan) -> None:
+def apply(project: Project, p: CompactPlan) -> None:
     txn = Transaction(project.ralph_dir)
     for path, text in p.writes.items():
         if text is None:
@@ -306,56 +317,6 @@ def merge_texts(keep: str, extra: str, extra_row: audit.Row) -> str:
     body = "\n".join(lines).strip("\n")
     note = f"<!-- merged from {extra_row.topic} ({extra_row.path}) by ralph compact -->"
     return keep.rstrip("\n") + f"\n\n{note}\n{body}\n"
-
-
-def remove_row(text: str, row: audit.Row) -> str:
-    """Drop the table line that holds this row (found by content: earlier removals shift
-    line numbers)."""
-    lines = text.split("\n")
-    for i, ln in enumerate(lines):
-        cells = audit.split_row(ln)
-        if cells and len(cells) == 2 and cells[0] == row.topic and cells[1].strip("`") == row.path:
-            del lines[i]
-            return "\n".join(lines)
-    raise InputError(f"progress.txt: index row for {row.topic!r} vanished while compacting; retry")
-
-
-def archive_row(text: str, topic: str, path: str) -> str:
-    """Add a row to the `## Archived` table, creating it after the index section."""
-    row = f"| {topic} | {path} |"
-    lines = text.split("\n")
-    secs = sections(lines)
-    arch = next((s for s in secs if s[0].lower().startswith(ARCHIVED_HEADING.lower())), None)
-    if arch is not None:
-        end = arch[2]
-        while end > arch[1] + 1 and not lines[end - 1].strip():
-            end -= 1
-        lines.insert(end, row)
-        return "\n".join(lines)
-    idx = next((s for s in secs if s[0].lower().startswith(audit.INDEX_HEADING.lower())), None)
-    at = idx[2] if idx else len(lines)
-    while idx and at > idx[1] + 1 and not lines[at - 1].strip():
-        at -= 1
-    block = ["", ARCHIVED_HEADING, "| Topic | Reference Path |", "|---|---|", row]
-    lines[at:at] = block
-    return "\n".join(lines)
-
-
-def rotate_log(text: str, keep: int) -> tuple[str, list[str]]:
-    """Move log entries beyond the last `keep` out of the text (kept in file order)."""
-    lines = text.split("\n")
-    entries = [s for s in sections(lines) if audit.is_log_section(s[0])]
-    if len(entries) <= keep:
-        return text, []
-    old = entries[: len(entries) - keep]
-    drop: set[int] = set()
-    moved: list[str] = []
-    for _h, start, end in old:
-        drop.update(range(start, end))
-        block = "\n".join(lines[start:end]).rstrip("\n") + "\n"
-        moved.append(block if block.endswith("\n\n") else block + "\n")
-    kept = [ln for i, ln in enumerate(lines) if i not in drop]
-    return "\n".join(kept), moved
 
 
 def condense_check(before: str, after: str, topic: str) -> list[str]:
@@ -389,12 +350,9 @@ Do not edit any other file. When done, reply with one line saying what you remov
 """
 
 
-def condense_with_agent(project: Any, row: audit.Row, agent_name: str, *, apply: bool) -> int:
+def condense_with_agent(project: Project, row: audit.Row, agent_name: str, *, apply: bool) -> int:
     """Ask an agent to condense one oversized reference, then verify it shrank and kept its
     topic; the original is archived first and restored when the result is refused."""
-    from orchestrator.agents import runner
-    from orchestrator.agents.base import get_agent
-
     mem = audit.MemoryFiles.load(project)
     cap = project.config.references.max_tokens
     target = mem.abs(row.path)

@@ -24,6 +24,7 @@ from orchestrator.log import get_logger
 from orchestrator.memory import areas as area_refs
 from orchestrator.memory.markdown import section_starts
 from orchestrator.memory.references import slugify
+from orchestrator.project import Project
 from orchestrator.upkeep.audit import SimilarIndex
 
 if TYPE_CHECKING:
@@ -1039,7 +1040,7 @@ class Migration:
     notes: list[str]
 
 
-def _load_prd(project: Any) -> Any:
+def _load_prd(project: Project) -> Any:
     if not Path(project.prd_path).is_file():
         return None
     from orchestrator.memory.prd import Prd
@@ -1051,7 +1052,7 @@ def _load_prd(project: Any) -> Any:
         return None
 
 
-def _archive_target(project: Any, text: str) -> tuple[Path, bool]:
+def _archive_target(project: Project, text: str) -> tuple[Path, bool]:
     """Where the original goes, and whether it is already there (an earlier, interrupted
     run): never overwrite a different archived file."""
     base = Path(project.archive_dir) / f"progress-before-migrate-{date.today().isoformat()}"
@@ -1065,7 +1066,7 @@ def _archive_target(project: Any, text: str) -> tuple[Path, bool]:
         n += 1
 
 
-def prepare(project: Any) -> Migration:
+def prepare(project: Project) -> Migration:
     """Plan the migration of `project` (reads only). Raises InputError, changing nothing,
     when progress.txt is missing or a reference file with other content is in the way."""
     path = Path(project.progress_path)
@@ -1083,7 +1084,7 @@ def prepare(project: Any) -> Migration:
         rel_dir=project.references.rel_dir,
         max_tokens=project.config.references.max_tokens,
         archive_path=project.rel(archive),
-        max_topics=getattr(project.config.references, "max_topics", DEFAULT_MAX_TOPICS),
+        max_topics=project.config.references.max_topics,
     )
     if plan.already_indexed:
         return Migration(
@@ -1106,7 +1107,7 @@ def prepare(project: Any) -> Migration:
     return Migration(plan, archive, writes, notes)
 
 
-def _config_writes(project: Any, plan: Plan, writes: dict[Path, str]) -> list[str]:
+def _config_writes(project: Project, plan: Plan, writes: dict[Path, str]) -> list[str]:
     """Make the patterns reference always selected: add it to ralph.yaml references.always."""
     import yaml
 
@@ -1156,7 +1157,7 @@ def _with_always(old: str) -> str | None:
     return old[: m.end()] + f"  always: [{item}]\n" + old[m.end() :]
 
 
-def apply(project: Any, migration: Migration) -> None:
+def apply(project: Project, migration: Migration) -> None:
     """Write everything in one journalled transaction (see memory.journal.Transaction)."""
     from orchestrator.memory.journal import Transaction
 

@@ -1,0 +1,201 @@
+"""The post-story checks of the references and the Progress Index: deleted or wiped
+references are restored (refloss: condensing is fine, losing most of a file is not), index
+rows removed for existing references are put back, every row must point to a file inside
+the references folder, and every reference created or changed must have a row."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from orchestrator.errors import PathEscapeError
+from orchestrator.memory import areas, refloss
+from orchestrator.memory.findings import Severity
+from orchestrator.memory.markdown import malformed_rows, split_lines
+from orchestrator.memory.progress import Progress
+from orchestrator.memory.references import ReferenceStore
+from orchestrator.memory.store import FastStore
+from orchestrator.project import Project
+from orchestrator.run.check_state import (
+    CheckReport,
+    Snapshot,
+    read_or_none,
+    reference_bytes,
+    restore,
+)
+
+
+def check_references(
+    snap: Snapshot, project: Project, report: CheckReport, progress: Progress | None
+) -> None:
+    store = project.references
+    after = reference_bytes(project)
+    if _repair_references(snap, project, report, after):
+        after = reference_bytes(project)  # again: repairs put the old versions back
+    changed = sorted(p for p, d in after.items() if snap.references.get(p) != d)
+    report.updated_references = changed
+    if progress is None:
+        return
+    old_rows = {(r.topic, r.path) for r in snap.progress.index_rows}
+    progress = _restore_rows(project, report, progress, old_rows)
+    indexed = _check_rows(progress, store, old_rows, report)
+    for index_path in changed:
+        if store.resolve(index_path) not in indexed:
+            report.add(
+                "reference_unindexed",
+                "error",
+                f"reference {index_path} has no row in the Progress Index",
+                f"add '| <Topic> | {index_path} |' to the index table in progress.txt",
+                index_path,
+            )
+
+
+def _repair_references(
+    snap: Snapshot, project: Project, report: CheckReport, after: dict[str, bytes]
+) -> bool:
+    """Put back references the agent deleted or wiped (refloss.assess: not condensed).
+    True when it tried to (the folder may have changed)."""
+    tried = False
+    for index_path, data in snap.references.items():
+        now = after.get(index_path)
+        if now is None:
+            report.add(
+                "reference_deleted",
+                "warning",
+                f"reference {index_path} was deleted; it was restored",
+                "update references instead of deleting them (`ralph compact` retires stale ones)",
+                index_path,
+            )
+        else:
+            loss = refloss.assess(_text(data), _text(now))
+            if loss is None:
+                continue
+            report.add(
+                "reference_wiped",
+                "error",
+                f"reference {index_path} lost most of its content ({loss.describe()}); "
+                "the previous version was restored and the agent's kept in the backups",
+                "add to references or condense them keeping every fact; never empty them",
+                index_path,
+            )
+        try:
+            target = project.references.resolve(index_path)
+        except PathEscapeError as exc:  # the folder itself was swapped for a symlink out
+            report.add("reference_unrestorable", "error", str(exc), "", index_path)
+            continue
+        tried = True
+        restore(project, report, target, data)
+    return tried
+
+
+def _restore_rows(
+    project: Project, report: CheckReport, progress: Progress, old_rows: set[tuple[str, str]]
+) -> Progress:
+    """Put back index rows the agent removed while their reference still exists: a row is
+    how the next prompt finds the reference, so losing it loses the memory."""
+    store = project.references
+    rows = progress.index_rows
+    # A row still there, topic and path alike, was not lost: only the others are resolved
+    # (10,000 rows took 20,000 path resolutions per iteration).
+    gone = old_rows - {(r.topic, r.path) for r in rows}
+    if not gone:
+        return progress
+    kept = {_resolved(store, r.path) for r in rows} - {None}
+    repaired = progress
+    lost = []
+    for topic, path in sorted(gone):
+        target = _resolved(store, path)
+        if target is None or target in kept or not target.is_file():
+            continue
+        repaired = repaired.with_index_row(topic, path)
+        kept.add(target)
+        lost.append(f"'{topic}' ({path})")
+    if not lost:
+        return progress
+    report.add(
+        "index_row_lost",
+        "error",
+        f"the Progress Index lost {len(lost)} row(s) for existing references: "
+        f"{', '.join(lost)}; they were restored",
+        "keep one index row per reference; edit a row's topic or path in place",
+        project.rel(project.progress_path),
+    )
+    restore(project, report, project.progress_path, repaired.render())
+    return repaired
+
+
+def _resolved(store: ReferenceStore, path: str) -> Path | None:
+    try:
+        return store.resolve(path)
+    except PathEscapeError:
+        return None
+
+
+def _text(data: bytes) -> str:
+    return data.decode("utf-8", errors="surrogateescape")
+
+
+def _check_rows(
+    progress: Progress, store: ReferenceStore, old_rows: set[tuple[str, str]], report: CheckReport
+) -> set[Path]:
+    """Validate the index table; return the files its rows point to."""
+    _check_table_syntax(progress, report)
+    indexed: set[Path] = set()
+    seen: set[str] = set()
+    fast = FastStore(store)  # store.resolve's answers, the folder listed once
+    for row in progress.index_rows:
+        # Rows the agent added or changed are its errors; older ones are only reminders.
+        severity: Severity = "warning" if (row.topic, row.path) in old_rows else "error"
+        if row.topic.lower() in seen:
+            report.add(
+                "index_duplicate_topic",
+                "warning",
+                f"index topic '{row.topic}' appears more than once",
+                "keep one row per topic",
+                row.path,
+            )
+        seen.add(row.topic.lower())
+        try:
+            target = fast.resolve(row.path)
+        except PathEscapeError as exc:
+            report.add(
+                "index_path_escapes",
+                severity,
+                str(exc),
+                f"point the row at a file under {store.rel_dir}/",
+                row.path,
+            )
+            continue
+        if not target.is_file():
+            report.add(
+                "index_missing_file",
+                severity,
+                f"index row '{row.topic}' points to {row.path}, which does not exist",
+                "create the file or fix the row's path",
+                row.path,
+            )
+            continue
+        indexed.add(target)
+        indexed |= _nested_targets(store, target)
+    return indexed
+
+
+def _nested_targets(store: ReferenceStore, area: Path) -> set[Path]:
+    """The files an area reference lists: indexed through it, not by a row of their own."""
+    text = read_or_none(area)
+    out: set[Path] = set()
+    for _topic, path in areas.nested_rows(text or ""):
+        try:
+            out.add(store.resolve(path))
+        except PathEscapeError:
+            continue  # `ralph check` names it; a listed path outside the folder indexes nothing
+    return out
+
+
+def _check_table_syntax(progress: Progress, report: CheckReport) -> None:
+    for n, body in malformed_rows(split_lines(progress.index_text)):
+        report.add(
+            "index_malformed",
+            "error",
+            f"Progress Index line {n + 1} is not a table row: {body[:80]!r}",
+            "write rows as '| Topic | ralph/references/<file>.md |'",
+        )
