@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -12,10 +13,12 @@ from conftest import corpus_cases
 
 from orchestrator import cli, fsutil, tokens
 from orchestrator.errors import InputError
-from orchestrator.memory import areas
+from orchestrator.memory import areas, entries
+from orchestrator.memory.entries import Item
 from orchestrator.memory.prd import Prd
 from orchestrator.memory.progress import Progress
-from orchestrator.upkeep import audit, migrate
+from orchestrator.upkeep import audit, migrate, naming, topics
+from orchestrator.upkeep.audit import SimilarIndex
 
 CAP = 800  # config default references.max_tokens
 
@@ -39,7 +42,7 @@ def _keys(refs: dict[str, str]) -> set[str]:
 
 def _norm(line: str) -> str:
     """Content of a line; rules (---) separate entries and carry nothing to keep."""
-    key = migrate._bullet_key(line)
+    key = entries.bullet_key(line)
     return "" if set(key) <= set("-*_ ") else key
 
 
@@ -250,7 +253,7 @@ def test_heading_inside_a_code_fence_is_not_a_section() -> None:
     )
     new, refs = migrate.build_memory(top)
     assert "- US-001 (2026-01-01)" in new and "- US-002 (2026-01-02)" in new
-    assert "Pasted" not in new and any("## Pasted heading" in r for r in refs.values())
+    assert "## Pasted" not in new and any("## Pasted heading" in r for r in refs.values())
 
 
 @pytest.mark.parametrize("progress", corpus_cases("progress.txt"))
@@ -263,3 +266,175 @@ def test_every_story_heading_keeps_a_summary_line(progress: Path) -> None:
         if e.heading.startswith("## "):
             for sid in e.story_ids:
                 assert f"- {sid}" in summaries or f",{sid}" in summaries, (sid, e.heading)
+
+
+# ---------------------------------------------------------------- topics a person would write
+
+_CATCH_ALL = re.compile(
+    r"(?i)\b(general|misc|other|module notes|top-level files)\b|part \d+ of|\(\d+\)$"
+)
+
+
+def _log(entries: list[tuple[str, list[str], list[str]]]) -> str:
+    """A flat log: (story id, files changed, learnings) per entry."""
+    out = ["# Ralph Progress Log", "Started: today", "---", ""]
+    for n, (sid, files, learnings) in enumerate(entries, 1):
+        out += [f"## 2026-01-{n % 28 + 1:02d} - {sid}", "- Did the story"]
+        if files:
+            out.append("- Files changed: " + ", ".join(files))
+        out.append("- **Learnings for future iterations:**")
+        out += [f"  - {ln}" for ln in learnings]
+        out += ["---", ""]
+    return "\n".join(out)
+
+
+def _themed_log(n: int) -> str:
+    """Learnings that name no path, about three themes in varied words."""
+    import random
+
+    rnd = random.Random(5)
+    themes = {
+        "session": ("cookie", "refresh token", "expiry", "middleware", "logout", "CSRF header"),
+        "prisma": ("migration", "schema", "seed", "generate step", "column rename", "index"),
+        "recharts": ("tooltip", "legend", "axis format", "resize", "series key", "palette"),
+    }
+    verbs = ("breaks when", "must follow", "is checked before", "needs a reset after")
+    entries = []
+    for k in range(1, n + 1):
+        theme = list(themes)[k % 3]
+        picked = [
+            f"The {theme} {rnd.choice(themes[theme])} {rnd.choice(verbs)} "
+            f"the {rnd.choice(themes[theme])}"
+            for _ in range(2)
+        ]
+        entries.append((f"US-{k:03d}", [], picked))
+    return _log(entries)
+
+
+def test_topics_are_named_by_what_they_say_not_catch_alls() -> None:
+    plan = migrate.build_plan(_themed_log(60), max_tokens=CAP)
+    names = [t.name for t in plan.topics if not t.always]
+    assert names and not [n for n in names if _CATCH_ALL.search(n)], names
+    said = " ".join(names).lower()
+    for theme in ("session", "prisma", "recharts"):
+        assert theme in said, (theme, names)
+    # Every topic keeps to one theme: the split follows meaning, not size.
+    for t in plan.topics:
+        text = " ".join(" ".join(it.lines) for it in t.items).lower()
+        hits = [w for w in ("session", "prisma", "recharts") if w in text]
+        assert len(hits) <= 2, (t.name, hits)
+
+
+def test_topic_names_are_stable_and_distinct() -> None:
+    text = _themed_log(45)
+    first = [t.name for t in migrate.build_plan(text, max_tokens=CAP).topics]
+    assert first == [t.name for t in migrate.build_plan(text, max_tokens=CAP).topics]
+    assert not [(a, b) for i, a in enumerate(first) for b in first[i + 1 :] if audit.similar(a, b)]
+
+
+@pytest.mark.parametrize("target", [6, 12, 60])
+def test_topic_count_stays_within_the_target(target: int) -> None:
+    text = fsutil.read_text(_synth_log(400))
+    plan = migrate.build_plan(text, max_tokens=CAP, max_topics=target)
+    rows = Progress.parse(plan.progress_text).index_rows
+    assert len(rows) <= target
+    assert not [t.name for t in plan.topics if _CATCH_ALL.search(t.name)]
+
+
+def _synth_log(n: int) -> Path:
+    import tempfile
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+    import synth
+
+    root = synth.flat_project(Path(tempfile.mkdtemp()), n)
+    return root / "scripts/ralph/progress.txt"
+
+
+def test_near_duplicate_pieces_of_a_group_merge() -> None:
+    def item(text: str, n: int) -> Item:
+        return Item([f"- {text}"], f"US-{n}", [], n, tokens=20)
+
+    same = "tokenizer boosts ranking query"
+    drafts = [
+        topics._Draft([item(f"{same} rule {n}", n)], [], "src/search", "Search") for n in range(3)
+    ]
+    drafts.append(topics._Draft([item("prisma schema seed", 9)], [], "src/search", "Search"))
+    drafts.append(topics._Draft([item(f"{same} again", 10)], [], "src/db", "DB"))  # other group
+    vocab = naming.Vocabulary([it for d in drafts for it in d.items])
+    merged = topics._merge_near_duplicates(drafts, vocab, fill=600)
+    sizes = sorted(len(d.items) for d in merged)
+    assert sizes == [1, 1, 3], sizes
+    assert topics._merge_near_duplicates(drafts[:3], vocab, fill=30) != []  # cap respected
+    assert (
+        len(
+            topics._merge_near_duplicates(
+                [topics._Draft([item(same, n)], [], "k", "") for n in range(3)], vocab, fill=30
+            )
+        )
+        == 3
+    )
+
+
+def test_area_heads_read_as_words() -> None:
+    taken = SimilarIndex()
+    assert naming.area_head("src/db/migrations", taken) == "DB migrations"
+    assert naming.area_head("src-tauri/src/services", taken) == "Tauri services"
+    assert naming.area_head("src/lib", taken) == ""  # says nothing: the learnings name it
+    taken.add("Components forms")
+    assert naming.area_head("web/components/forms", taken) == "Web components forms"
+
+
+# ---------------------------------------------------------------- where a learning applies
+
+
+def test_learnings_carry_their_story_and_files() -> None:
+    text = _log(
+        [
+            (
+                "US-003",
+                ["src/api/user.ts", "src/db/user.sql"],
+                [
+                    "Validate the payload before the handler runs",
+                    "Return 404, not 500, when the row is missing",
+                    "The `src/api/errors.ts` mapper owns status codes",
+                ],
+            ),
+            ("US-004", [], ["Keep handlers thin"]),
+        ]
+    )
+    _new, refs = migrate.build_memory(text)
+    ref = "".join(refs.values())
+    bullets = [ln for ln in ref.splitlines() if ln.startswith("- [")]
+    assert bullets == [
+        "- [US-003] Validate the payload before the handler runs",
+        "- [US-003] Return 404, not 500, when the row is missing",
+        "- [US-003] The `src/api/errors.ts` mapper owns status codes",
+        "- [US-004] Keep handlers thin",
+    ]
+    assert "codes\n\n## Files by story\n- US-003: src/api/user.ts\n" in ref
+    assert entries.files_by_story(ref) == {"US-003": ["src/api/user.ts"]}  # not US-004
+    # The form the agent's template asks for, read by the same vocabulary.
+    agent = "- [US-005] Cache the token (files: src/auth/token.ts, src/auth/store.ts)"
+    assert entries.learning_files(agent) == ["src/auth/token.ts", "src/auth/store.ts"]
+    assert entries.learning_files(bullets[2]) == ["src/api/errors.ts"]
+    assert migrate.line_keys(agent) >= {"Cache the token"}
+
+
+def test_real_ralph_migrate_names_topics_and_records_files(tmp_path: Path) -> None:
+    root = tmp_path / "proj"
+    (root / "scripts/ralph").mkdir(parents=True)
+    subprocess.run(["git", "init", "-q"], cwd=root, check=True)
+    log = _themed_log(30).replace(
+        "- Did the story", "- Did the story\n- Files changed: src/app/main.ts"
+    )
+    (root / "scripts/ralph/progress.txt").write_text(log)
+    ralph = [sys.executable, "-m", "orchestrator"]
+    out = subprocess.run([*ralph, "migrate"], cwd=root, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    rows = Progress.parse((root / "scripts/ralph/progress.txt").read_text()).index_rows
+    assert rows and not [r.topic for r in rows if _CATCH_ALL.search(r.topic)]
+    refs = "".join((root / r.path).read_text() for r in rows)
+    assert "## Files by story\n- US-001: src/app/main.ts\n" in refs
+    chk = subprocess.run([*ralph, "check"], cwd=root, capture_output=True, text=True)
+    assert chk.returncode == 0 and "ralph check: OK" in chk.stdout, chk.stdout

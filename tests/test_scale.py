@@ -10,7 +10,7 @@ from pathlib import Path
 from run_helpers import ralph
 
 from orchestrator import tokens
-from orchestrator.memory import areas
+from orchestrator.memory import areas, entries
 from orchestrator.memory.prd import Prd
 from orchestrator.memory.progress import Progress
 from orchestrator.memory.store import Memory
@@ -142,12 +142,12 @@ def test_compact_groups_topics_under_areas_past_max_topics(tmp_path: Path) -> No
 
 def test_migrate_names_story_ids_per_token() -> None:
     known = {"US-1": 0, "US-12": 1, "US-1.2": 2}
-    assert migrate._known_in("## 2026 - US-12: fix US-1. Then US-1.2", known) == [
+    assert entries.known_in("## 2026 - US-12: fix US-1. Then US-1.2", known) == [
         "US-1",
         "US-12",
         "US-1.2",
     ]
-    assert migrate._known_in("xUS-1 US-123 US-1-b", known) == []
+    assert entries.known_in("xUS-1 US-123 US-1-b", known) == []
 
 
 def test_an_agent_editing_a_topic_an_area_lists_is_not_unindexed(tmp_path: Path) -> None:

@@ -10,10 +10,8 @@ copied whole into the archive folder and every write goes through one journalled
 
 from __future__ import annotations
 
-import math
 import re
-from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,115 +20,48 @@ from orchestrator import fsutil, tokens
 from orchestrator.errors import InputError
 from orchestrator.log import get_logger
 from orchestrator.memory import areas as area_refs
-from orchestrator.memory.markdown import section_starts
-from orchestrator.memory.references import slugify
+from orchestrator.memory.entries import (
+    DATE,
+    FILES_BY_STORY,
+    FILES_LINE,
+    HISTORY_HEADING,
+    META,
+    STORY_FIELD,
+    Block,
+    Item,
+    bullet_key,
+    classify,
+    count_tokens,
+    explode,
+    group_items,
+    items_of,
+    learning_lines,
+    line_keys,
+    source,
+    split_big,
+    split_blocks,
+    suffix_files,
+)
+from orchestrator.memory.progress import INDEX_HEADING, Progress
 from orchestrator.project import Project
-from orchestrator.upkeep.audit import SimilarIndex
+from orchestrator.upkeep.topics import (
+    DEFAULT_MAX_TOPICS,
+    FILL,
+    Topic,
+    make_topics,
+    reference_header,
+    resolve_bare_names,
+)
+from orchestrator.upkeep.topics import (
+    PATTERNS_TOPIC as PATTERNS_TOPIC,  # re-exported: reports.savings reads it here
+)
 
 if TYPE_CHECKING:
     from orchestrator.memory.prd import Prd
 
 log = get_logger()
 
-PATTERNS_TOPIC = "Codebase patterns"
-INDEX_HEADING = "## Progress Index"
-HISTORY_HEADING = "## Migrated History"
 DEFAULT_MAX_TOKENS = 800  # config.references.max_tokens default
-MAX_TOPICS = 24  # groups of learnings (areas of the code, then shared keywords)
-# config.references.max_topics default: more reference files than this and the groups
-# become area references (one index row each) listing their topics.
-DEFAULT_MAX_TOPICS = 60
-_FILL = 0.75  # fill references to 75% of the cap: room for the header and later appends
-
-_BRACKET_ENTRY = re.compile(r"(?i)^\[[^\]]{6,40}\]\s*(task|story|feature|iteration)\b\s*[:#-]")
-_DATE = re.compile(r"\b(\d{4}-\d{2}-\d{2})\b")
-_ID = re.compile(
-    r"(?<![\w.-])([A-Za-z][A-Za-z0-9]{0,9}-\d+[a-z0-9]*(?:\.\d+)*|[A-Z]{1,5}\d{2,}(?:\.\d+)*)"
-    r"(?![\w-])"
-)
-_LEAD_ID = re.compile(r"^\s*([A-Za-z][\w.]*(?:-[\w.]+)+)\s*(?:\s[-:—–]\s|:|$)")
-_ENTRY_WORD = re.compile(r"(?i)\b(iteration|session|story|task|feature|sprint|step)\s*#?\s*\d")
-_STORY_FIELD = re.compile(r"(?i)^\W*story\W*[:\s]\s*\**\s*([\w.-]*\d[\w.-]*)")
-_KW = (
-    r"(?:key\s+)?(?:learnings?|lessons?(?: learned)?|gotchas?|patterns? discovered"
-    r"|notes? for (?:future|(?:the )?next)[^:\n]*|decisions?)\b"
-)
-_LEARN_MARK = re.compile(
-    rf"(?i)^\s*(?:(?:[-*]\s*)?(?:\*\*|__)?\s*{_KW}[^:\n]{{0,40}}:"
-    rf"|#{{2,5}}\s*{_KW}[^:\n]{{0,40}}$|(?:[-*]\s*)?\*\*\s*{_KW}[^*\n]{{0,40}}\*\*\s*$)"
-)
-_LEARN_INLINE = re.compile(r"(?i)^\s*[-*]\s*(?:\*\*)?(lesson|learning|gotcha|note)(?:\*\*)?\s*:")
-_FILES_LINE = re.compile(
-    r"(?i)^\s*(?:[-*]\s*)?(?:\*\*)?\s*(?:files?(?: changed| modified| touched| created| updated)?"
-    r"|changed files|key files)\s*(?:\*\*)?\s*:(?:\*\*)?(.*)$"
-)
-_META = re.compile(
-    r"(?i)^\s*(?:[-*]\s*)?(?:\*\*)?\s*(status|commit|thread|tests?|duration|iteration|story)\s*(?:\*\*)?\s*:"
-)
-_BULLET = re.compile(r"^(\s*)(?:[-*+]|\d+[.)])\s+")
-_EXT = (
-    "ts|tsx|js|jsx|mjs|cjs|py|go|rs|rb|java|kt|kts|swift|cs|cpp|cc|c|h|hpp|css|scss|sass|less|"
-    "json|jsonl|md|mdx|yml|yaml|toml|ini|sql|vue|svelte|astro|html|erb|haml|sh|bash|php|prisma|"
-    "graphql|gql|proto|tf|lua|ex|exs|dart|scala|xml|gradle|lock|txt|env|csv|ipynb|razor|cshtml"
-)
-_PATH = re.compile(
-    rf"(?<![\w@/.-])((?:[\w.-]+/)+[\w.*-]+(?:\.(?:{_EXT}))?/?|[\w.-]+\.(?:{_EXT}))(?![\w/])"
-)
-# One string split at import: a stop-word list reads better as text than as 150 literals.
-_STOP_WORDS = (
-    "about above after again against all also always and any are because been before being "
-    "below between both but can cannot could did does doing done down during each every few "
-    "for from further had has have having here how into its itself just like made make "
-    "makes more most must need needs never new not now off once only other our out over own "
-    "same should since some such than that the their them then there these they this those "
-    "through too under until use used uses using very via was were what when where which "
-    "while who why will with within without would you your added adds created updated "
-    "implemented instead file files story stories work works working already still first "
-    "second next true false null none value values don't doesn't isn't it's data type types "
-    "test tests check checks build run runs call calls return returns one two way ways time "
-)
-_STOP = frozenset(_STOP_WORDS.split())
-_GENERIC_DIRS = frozenset({"src", "lib", "app", "source", "internal", "pkg", "main", "java"})
-
-
-@dataclass
-class Item:
-    """One learning (a bullet with its continuation lines, or a paragraph), kept verbatim."""
-
-    lines: list[str]
-    source: str  # provenance: story id(s), a date, "patterns" or "entry N"
-    files: list[str]
-    order: int
-    tokens: int = 0
-
-    def render(self) -> str:
-        first = self.lines[0]
-        indent = len(first) - len(first.lstrip())
-        head = _BULLET.sub("", first, count=1).strip()
-        rest = [("  " + ln[indent:] if ln[:indent].strip() == "" else ln) for ln in self.lines[1:]]
-        return "\n".join([f"- [{self.source}] {head}", *rest]).rstrip()
-
-
-@dataclass
-class Block:
-    heading: str
-    body: list[str]
-    kind: str  # "patterns" | "story" | "note" | "index"
-    story_ids: list[str] = field(default_factory=list)
-    date: str | None = None
-    files: list[str] = field(default_factory=list)
-
-
-@dataclass
-class Topic:
-    name: str
-    path: str
-    items: list[Item]
-    areas: list[str]
-    always: bool = False
-    group: str = ""  # the group of learnings it was cut from (an area or a keyword)
-    area: str = ""  # the area reference listing it; "" for a row of the Progress Index
-    children: list[Topic] = field(default_factory=list)  # an area reference's topics
 
 
 @dataclass
@@ -146,585 +77,32 @@ class Plan:
     already_indexed: bool = False
 
 
-# ---------------------------------------------------------------- splitting the log
-
-
-def _lines(text: str) -> list[str]:
-    return text.split("\n")
-
-
 def is_indexed(text: str) -> bool:
-    return any(ln.strip().lower() == INDEX_HEADING.lower() for ln in _lines(text))
-
-
-def _split_blocks(text: str) -> tuple[list[str], list[tuple[str, list[str]]]]:
-    """Header lines, then (heading, body lines) blocks. `## ` headings when there are any;
-    otherwise paragraphs starting at column 0 (bracketed logs, list-style logs)."""
-    lines = _lines(text)
-    starts = section_starts(lines)
-    if not starts:
-        starts = _paragraph_starts(lines)
-    if not starts:
-        return lines, []
-    blocks = []
-    for n, s in enumerate(starts):
-        end = starts[n + 1] if n + 1 < len(starts) else len(lines)
-        blocks.append((lines[s], lines[s + 1 : end]))
-    return lines[: starts[0]], blocks
-
-
-def _paragraph_starts(lines: list[str]) -> list[int]:
-    starts: list[int] = []
-    for i, ln in enumerate(lines):
-        if not ln.strip() or ln[0].isspace():
-            continue
-        after_blank = i == 0 or not lines[i - 1].strip()
-        if after_blank or _BRACKET_ENTRY.match(ln):
-            starts.append(i)
-    # Leading short title paragraphs (no id, no list) are the header, not entries.
-    while starts and _looks_like_header(lines, starts):
-        starts.pop(0)
-    return starts
-
-
-def _looks_like_header(lines: list[str], starts: list[int]) -> bool:
-    s = starts[0]
-    end = starts[1] if len(starts) > 1 else len(lines)
-    para = [ln for ln in lines[s:end] if ln.strip()]
-    return (
-        len(para) <= 3
-        and not any(_BULLET.match(ln) for ln in para)
-        and not _ID.search(" ".join(para))
-        and not _BRACKET_ENTRY.match(para[0])
-    )
-
-
-# ---------------------------------------------------------------- reading one block
-
-
-_RUN = re.compile(r"[\w.-]+")
-
-
-def _known_in(text: str, known: dict[str, int]) -> list[str]:
-    """The known story ids `text` mentions as whole tokens, in `known`'s order. An id starts
-    a run of id characters and ends it, or ends before a "." that no digit follows ("US-1."
-    at a sentence's end, not "US-1.2"): each run's candidates are looked up, not each id
-    searched for (a 3,000-story prd made that quadratic)."""
-    hits: set[str] = set()
-    for m in _RUN.finditer(text):
-        run = m.group(0)
-        if run in known:
-            hits.add(run)
-        for k, ch in enumerate(run):
-            if ch == "." and not (k + 1 < len(run) and run[k + 1].isdigit()) and run[:k] in known:
-                hits.add(run[:k])
-    return sorted(hits, key=known.__getitem__)
-
-
-def _story_ids(heading: str, body: list[str], known: dict[str, int]) -> list[str]:
-    head = re.sub(r"^#+\s*", "", heading)
-    probe = [head, *[ln for ln in body[:4] if _STORY_FIELD.match(ln)]]
-    found: list[str] = []
-    for text in probe:
-        found.extend(sid for sid in _known_in(text, known) if sid not in found)
-    if found:
-        return found
-    # A leading id token ("CD-62r.1 - ...", "scorched-earth-33s - ...") wins over the
-    # pieces of it the generic pattern would find.
-    head_wo_date = re.sub(r"^\[[^\]]*\]\s*", "", head)
-    head_wo_date = re.sub(r"(?i)^(story|task|feature)\s*[:#]\s*", "", head_wo_date)
-    m = _LEAD_ID.match(head_wo_date)
-    lead = [m.group(1)] if m and len(m.group(1)) <= 32 else []
-    ids = [i for i in _ID.findall(head) if not any(i in x for x in lead)]
-    if lead or ids:
-        return list(dict.fromkeys(lead + ids))
-    for ln in probe[1:]:
-        m2 = _STORY_FIELD.match(ln)
-        if m2:
-            return [m2.group(1)]
-    return []
-
-
-def paths_in(text: str) -> list[str]:
-    """File paths a text mentions (normalised, in order, no duplicates)."""
-    out: list[str] = []
-    for raw in _PATH.findall(text):
-        p = raw.strip("`'\"()[],;").removeprefix("./").lstrip("/")
-        p = re.sub(r":\d+(?::\d+)?$", "", p)
-        if not p or p.startswith(("http", "www.", "@", "..")) or "//" in p or "/../" in p:
-            continue
-        last = p.rstrip("/").rsplit("/", 1)[-1]
-        if not p.endswith("/") and not re.search(rf"\.(?:{_EXT})$", last):
-            continue
-        if re.fullmatch(r"[\d.]+", last) or re.fullmatch(r"v?\d+(\.\d+)+", p):
-            continue
-        if p not in out:
-            out.append(p)
-    return out
-
-
-def _files_changed(body: list[str]) -> list[str]:
-    files: list[str] = []
-    for i, ln in enumerate(body):
-        m = _FILES_LINE.match(ln)
-        if not m:
-            continue
-        chunk = [m.group(1)]
-        indent = len(ln) - len(ln.lstrip())
-        for nxt in body[i + 1 :]:
-            if not nxt.strip() or len(nxt) - len(nxt.lstrip()) <= indent:
-                break
-            chunk.append(nxt)
-        for token in re.split(r"[,\s]+", " ".join(chunk)):
-            for p in paths_in(token) or ([token.strip("`*")] if "/" in token else []):
-                if p and p not in files:
-                    files.append(p)
-    return files
-
-
-def _classify(heading: str, body: list[str], known: dict[str, int], seen_story: bool) -> Block:
-    title = heading.lower()
-    if title.startswith("## codebase patterns"):
-        return Block(heading, body, "patterns")
-    if title.strip() in (INDEX_HEADING.lower(), HISTORY_HEADING.lower()):
-        return Block(heading, body, "index")
-    ids = _story_ids(heading, body, known)
-    m = _DATE.search(heading) or _DATE.search("\n".join(body[:3]))
-    text = "\n".join([heading, *body])
-    is_entry = bool(
-        ids
-        or _DATE.search(heading)
-        or _ENTRY_WORD.search(heading)
-        or any(_LEARN_MARK.match(ln) for ln in body)
-    )
-    kind = "story" if is_entry else ("note" if not seen_story else "story")
-    files = list(dict.fromkeys(_files_changed(body) + paths_in(text)))
-    return Block(heading, body, kind, ids, m.group(1) if m else None, files)
-
-
-def _indent(line: str) -> int:
-    return len(line) - len(line.lstrip())
-
-
-def _group_items(lines: list[str]) -> list[list[str]]:
-    """Bullets with their deeper-indented continuation lines; paragraphs of plain lines."""
-    groups: list[list[str]] = []
-    base: int | None = None  # indent of the open group's first line; None after a blank
-    for ln in lines:
-        if not ln.strip() or ln.strip() in ("---", "***"):
-            base = None
-            continue
-        bullet = _BULLET.match(ln)
-        if groups and base is not None and (_indent(ln) > base or not bullet):
-            groups[-1].append(ln)
-            continue
-        groups.append([ln])
-        base = _indent(ln)
-    return groups
-
-
-def _marked_block(body: list[str], i: int) -> tuple[list[str], int]:
-    """The lines a learnings marker at body[i] governs, and the index after them."""
-    marker = body[i]
-    m_ind = _indent(marker)
-    picked = [marker] if _LEARN_MARK.sub("", marker).strip(" *_") else []
-    nonblank = [ln for ln in body[i + 1 :] if ln.strip()]
-    item_ind = _indent(nonblank[0]) if nonblank else m_ind + 2
-    j = i + 1
-    while j < len(body):
-        nxt = body[j]
-        if nxt.strip():
-            ind = _indent(nxt)
-            if ind <= m_ind and (item_ind > m_ind or not _BULLET.match(nxt)):
-                break
-            if nxt.strip() in ("---", "***") or (ind <= m_ind and nxt.startswith("#")):
-                break
-            if ind <= m_ind and (_FILES_LINE.match(nxt) or _META.match(nxt)):
-                break
-        picked.append(nxt)
-        j += 1
-    return picked, j
-
-
-def _learning_lines(body: list[str]) -> tuple[list[str], bool]:
-    """The lines under learnings markers (explicit=True), else the whole body minus metadata."""
-    picked: list[str] = []
-    i = 0
-    while i < len(body):
-        if _LEARN_MARK.match(body[i]):
-            lines, i = _marked_block(body, i)
-            picked.extend(lines)
-            continue
-        if _LEARN_INLINE.match(body[i]):
-            ind = _indent(body[i])
-            picked.append(body[i])
-            while i + 1 < len(body) and body[i + 1].strip() and _indent(body[i + 1]) > ind:
-                i += 1
-                picked.append(body[i])
-        i += 1
-    if any(p.strip() for p in picked):
-        return picked, True
-    # Session banners ("# Ralph Session ...") and metadata are structure, not knowledge.
-    return [
-        ln for ln in body if not (_META.match(ln) or _FILES_LINE.match(ln) or ln.startswith("# "))
-    ], False
-
-
-def _split_big(group: list[str], limit: int) -> list[list[str]]:
-    """Cut an oversized item at line boundaries so no reference has to exceed the cap."""
-    joined = "\n".join(group)
-    # A token is at least one byte: short groups cannot be over the limit (no counting).
-    if len(joined.encode("utf-8", "surrogateescape")) <= limit or tokens.count(joined) <= limit:
-        return [group]
-    out: list[list[str]] = [[]]
-    used = 0
-    for ln in group:
-        t = tokens.count(ln) + 1
-        if out[-1] and used + t > limit:
-            out.append([])
-            used = 0
-        out[-1].append(ln)
-        used += t
-    return out
-
-
-def _items_of(block: Block, lines: list[str], source: str, order: int, cap: int) -> list[Item]:
-    items: list[Item] = []
-    fallback = block.files
-    for group in _group_items(lines):
-        for part in _split_big(group, cap // 3):
-            own = paths_in("\n".join(part))
-            it = Item(part, source, own or fallback, order + len(items))
-            it.tokens = tokens.count(it.render()) + 1
-            items.append(it)
-    return items
-
-
-def _source(block: Block, n: int) -> str:
-    if block.story_ids:
-        return ",".join(block.story_ids[:3])
-    return block.date or f"entry {n}"
-
-
-# ---------------------------------------------------------------- topics
-
-
-def _area(path: str) -> str | None:
-    """The folder a path lives in; None for a bare file name (its folder is unknown)."""
-    p = path.rstrip("/")
-    return p.rsplit("/", 1)[0] if "/" in p else None
-
-
-def _resolve_bare_names(items: list[Item]) -> None:
-    """`en.json` means `src/i18n/locales/en.json` when the history names only one such file."""
-    full: dict[str, set[str]] = {}
-    for it in items:
-        for f in it.files:
-            if "/" in f.rstrip("/"):
-                full.setdefault(f.rstrip("/").rsplit("/", 1)[1], set()).add(f)
-    for it in items:
-        resolved = [next(iter(full[f])) if len(full.get(f, ())) == 1 else f for f in it.files]
-        it.files = list(dict.fromkeys(resolved))
-
-
-def _primary_area(item: Item) -> str | None:
-    areas = [a for a in (_area(f) for f in item.files) if a is not None]
-    if not areas:
-        return None
-    return Counter(areas).most_common(1)[0][0]
-
-
-def _parent(area: str) -> str | None:
-    if not area:
-        return None
-    return area.rsplit("/", 1)[0] if "/" in area else ""
-
-
-def _cluster_areas(items: list[Item], budget: int, fill: int) -> dict[str, list[Item]]:
-    """Start from each item's own directory; fold the smallest group into its parent
-    directory until there are at most `budget` groups (never past the size cap)."""
-    groups: dict[str, list[Item]] = {}
-    for it in items:
-        groups.setdefault(_primary_area(it) or "", []).append(it)
-    frozen: set[str] = set()
-    while len(groups) > budget:
-        candidates = sorted(
-            (k for k in groups if k not in frozen and _parent(k) is not None),
-            key=lambda k: (len(groups[k]), -k.count("/"), k),
-        )
-        if not candidates:
-            break
-        key = candidates[0]
-        parent = _parent(key) or ""
-        merged = groups.get(parent, []) + groups[key]
-        if sum(i.tokens for i in merged) > fill:
-            frozen.add(key)
-            continue
-        groups[parent] = sorted(merged, key=lambda i: i.order)
-        del groups[key]
-    return groups
-
-
-def _stem(word: str) -> str:
-    return word.rstrip("s") if len(word) > 4 else word
-
-
-def _words(text: str) -> set[str]:
-    return {_stem(w) for w in _WORD_RE.findall(text.lower()) if w not in _STOP}
-
-
-_WORD_RE = re.compile(r"[a-z][a-z0-9]{3,}")
-
-
-def _cluster_keywords(items: list[Item], budget: int) -> list[tuple[str, list[Item]]]:
-    """Greedy: the word shared by most remaining items becomes a topic, until the budget is
-    spent or no word is shared by at least three items; the rest is 'General notes'.
-    Word counts are kept up to date as items are taken (recounting every item each round
-    made large groups quadratic)."""
-    left = list(items)
-    out: list[tuple[str, list[Item]]] = []
-    bags = {id(it): _words("\n".join(it.lines)) for it in items}
-    counts = Counter(w for it in left for w in bags[id(it)])
-    limit = max(3, len(items) // 2)
-    while left and len(out) < budget:
-        best = min(((-c, w) for w, c in counts.items() if 0 < c <= limit), default=None)
-        if best is None or -best[0] < 3:
-            break
-        word = best[1]
-        chosen = [it for it in left if word in bags[id(it)]]
-        out.append((word, chosen))
-        left = [it for it in left if word not in bags[id(it)]]
-        for it in chosen:
-            counts.subtract(bags[id(it)])
-    if left:
-        out.append(("", left))
-    return out
-
-
-def _label(word: str, items: list[Item]) -> str:
-    """The word as the learnings write it ("ingress", not the stem "ingre")."""
-    if not word:
-        return "other"
-    forms = Counter(
-        w for it in items for w in _WORD_RE.findall("\n".join(it.lines).lower()) if _stem(w) == word
-    )
-    return min(forms, key=lambda w: (-forms[w], w)) if forms else word
-
-
-def _chunk(items: list[Item], fill: int) -> list[list[Item]]:
-    chunks: list[list[Item]] = [[]]
-    used = 0
-    for it in items:
-        if chunks[-1] and used + it.tokens > fill:
-            chunks.append([])
-            used = 0
-        chunks[-1].append(it)
-        used += it.tokens
-    return chunks
-
-
-def _taken(name: str, taken: SimilarIndex) -> bool:
-    return name in taken
-
-
-def _area_name(area: str, taken: SimilarIndex) -> str:
-    """Short name from the folder's last meaningful parts; longer when that is taken."""
-    if not area:
-        return "Top-level files"
-    parts = area.split("/")
-    meaningful = [p for p in parts if p.lower() not in _GENERIC_DIRS] or parts
-    for n in range(min(2, len(meaningful)), len(meaningful) + 1):
-        name = " / ".join(meaningful[-n:])
-        name = name[0].upper() + name[1:]
-        if not _taken(name, taken):
-            return name
-    return f"{area} folder" if not _taken(f"{area} folder", taken) else f"{area}/ ({len(taken)})"
-
-
-def _topic_budget(n_items: int, total_tokens: int, fill: int) -> int:
-    by_count = math.ceil(math.sqrt(max(n_items, 1)) * 1.2)
-    by_size = math.ceil(total_tokens / max(fill, 1))
-    return max(1, min(MAX_TOPICS, max(by_count, by_size)))
-
-
-Leaf = tuple[str, list[Item], list[str], str]  # (name, items, areas, group name)
-
-
-def build_topics(items: list[Item], cap: int, max_topics: int = DEFAULT_MAX_TOPICS) -> list[Leaf]:
-    """(topic name, items, areas, group) for the learning items, deterministic and
-    explainable. Groups (areas of the code, then shared keywords) stay below `max_topics`,
-    so that when their reference files are too many, each group can become one area
-    reference and the index stays within `max_topics` rows."""
-    fill = int(cap * _FILL)
-    budget = _topic_budget(len(items), sum(i.tokens for i in items), fill)
-    budget = max(1, min(budget, max_topics - 2))
-    leaves = _leaves(items, budget, fill, fill)
-    if len(leaves) > max_topics and len({leaf[3] for leaf in leaves}) > max_topics:
-        # Too many files for one row each, and too many groups for one area each: fold
-        # folders into their parents whatever their size (their topics split them again).
-        leaves = _leaves(items, budget, fill, None)
-    return leaves
-
-
-def _leaves(items: list[Item], budget: int, fill: int, merge_cap: int | None) -> list[Leaf]:
-    with_area = [i for i in items if _primary_area(i) is not None]
-    without = [i for i in items if _primary_area(i) is None]
-    groups = _cluster_areas(with_area, max(1, budget - 2), merge_cap or 10**12)
-    # Groups of one or two items are noise as topics: let the keyword pass place them.
-    small = [k for k, v in groups.items() if len(v) < 3 and len(groups) > 1]
-    for k in small:
-        without.extend(groups.pop(k))
-    without.sort(key=lambda i: i.order)
-    out: list[Leaf] = []
-    taken = SimilarIndex()
-    taken.add(PATTERNS_TOPIC)
-    for area in sorted(groups, key=lambda k: (-len(groups[k]), k)):
-        name = _area_name(area, taken)
-        taken.add(name)
-        areas = sorted({_primary_area(i) or "" for i in groups[area]})
-        out.extend((*c, name) for c in _named_chunks(name, groups[area], areas, fill))
-    kw_budget = max(1, budget - len(out))
-    for word, its in _cluster_keywords(without, kw_budget):
-        word = _label(word, its) if word else ""
-        name = f"{word.capitalize()} notes" if word else "General notes"
-        n = 2
-        while _taken(name, taken):
-            name, n = f"{word.capitalize() if word else 'General'} notes {n}", n + 1
-        taken.add(name)
-        areas = sorted({a for i in its for a in [_primary_area(i)] if a is not None})
-        out.extend((*c, name) for c in _named_chunks(name, its, areas, fill))
-    return _distinct(out)
-
-
-Chunk = tuple[str, list[Item], list[str]]
-
-
-def _leaf_names(group: str, chunks: list[Chunk]) -> list[Chunk]:
-    """Name each piece of a group that had to be split by the two words that set its
-    learnings apart from the rest of the group ("Search: tokenizer, ranking"): the words
-    most over-represented in it, used by at least two of its learnings."""
-    if len(chunks) <= 1:
-        return chunks
-    skip = _words(group.replace("/", " "))
-    bags = [[_words("\n".join(it.lines)) - skip for it in its] for _n, its, _a in chunks]
-    per = [Counter(w for bag in b for w in bag) for b in bags]
-    total: Counter[str] = Counter()
-    for c in per:
-        total.update(c)
-    n_all = sum(len(its) for _n, its, _a in chunks)
-    out: list[Chunk] = []
-    for (name, its, areas), counts in zip(chunks, per, strict=True):
-        n = len(its)
-        ranked = sorted(
-            (-(counts[w] / n) / (total[w] / n_all), -counts[w], w)
-            for w in counts
-            if counts[w] >= min(2, n) and not w.isdigit()
-        )
-        labels = [_label(w, its) for _r, _c, w in ranked[:2]]
-        out.append((f"{group}: {', '.join(labels)}" if labels else name, its, areas))
-    return out
-
-
-def _distinct(topics: list[Leaf]) -> list[Leaf]:
-    """No two names `ralph check` would call duplicates: number the later ones."""
-    seen = SimilarIndex()
-    seen.add(PATTERNS_TOPIC)
-    out = []
-    for name, its, areas, group in topics:
-        final, n = name, 2
-        while _taken(final, seen):
-            final, n = f"{name} ({n})", n + 1
-        seen.add(final)
-        out.append((final, its, areas, group))
-    return out
-
-
-def _named_chunks(
-    name: str, items: list[Item], areas: list[str], fill: int
-) -> list[tuple[str, list[Item], list[str]]]:
-    """One topic, or, when it would outgrow the fill level, sub-topics by shared keyword
-    packed first-fit into as few references as fit ("Features / auth: session, token").
-    A keyword group too big for one reference is cut into runs of consecutive stories,
-    named by the stories they span ("Features / auth: session, US-012 to US-031"), never
-    numbered parts that say nothing."""
-
-    def size(its: list[Item]) -> int:
-        return sum(i.tokens for i in its)
-
-    if size(items) <= fill:
-        return [(name, items, areas)]
-    groups = _cluster_keywords(items, 2 * math.ceil(size(items) / fill))
-    if len(groups) == 1:
-        return _by_stories(name, items, areas, fill)
-    bins: list[tuple[list[str], list[Item]]] = []
-    out: list[tuple[str, list[Item], list[str]]] = []
-    sep = ": "
-    for word, its in sorted(groups, key=lambda g: (-size(g[1]), g[0])):
-        label = _label(word, its)
-        if size(its) > fill:
-            # Consecutive runs, not a finer keyword split: the learnings of neighbouring
-            # stories matter together (recall on the corpus bench fell with the finer
-            # split); `_leaf_names` then names each run by what sets it apart.
-            out.extend(_by_stories(f"{name}{sep}{label}", its, areas, fill))
-            continue
-        home = next((b for b in bins if size(b[1]) + size(its) <= fill), None)
-        if home is None:
-            bins.append(([label], list(its)))
-        else:
-            home[0].append(label)
-            home[1].extend(its)
-    for labels, its in bins:
-        shown = ", ".join(labels[:2]) + (", ..." if len(labels) > 2 else "")
-        out.append((f"{name}{sep}{shown}", sorted(its, key=lambda i: i.order), areas))
-    return out
-
-
-def _by_stories(
-    name: str, items: list[Item], areas: list[str], fill: int
-) -> list[tuple[str, list[Item], list[str]]]:
-    """Consecutive runs of learnings, each named by the stories it spans."""
-    chunks = _chunk(items, fill)
-    if len(chunks) == 1:
-        return [(name, items, areas)]
-    out: list[tuple[str, list[Item], list[str]]] = []
-    for c in chunks:
-        first, last = c[0].source.split(",")[0], c[-1].source.split(",")[0]
-        span = first if first == last else f"{first} to {last}"
-        out.append((f"{name}, {span}", c, areas))
-    return out
+    """The log already has a `## Progress Index`, read as every command reads it (outside
+    code fences, heading spacing and case as the model allows)."""
+    return Progress.parse(text).has_index
 
 
 # ---------------------------------------------------------------- rendering
 
 
-def _bullet_key(line: str) -> str:
-    return _BULLET.sub("", line.strip() + " ", count=1).strip() if line.strip() else ""
-
-
-def line_keys(text: str) -> set[str]:
-    """Every form under which an original line can be found in rendered text: the line
-    stripped, without its bullet marker, and without the provenance tag we add."""
-    keys: set[str] = set()
-    for ln in _lines(text):
-        k = _bullet_key(ln)
-        keys.add(k)
-        keys.add(re.sub(r"^\[[^\]]*\]\s*", "", k, count=1))
-    return keys
-
-
 def _render_reference(topic: Topic) -> str:
-    out = [f"# {topic.name}", ""]
-    areas = [a for a in topic.areas if a]
-    if areas:
-        out.append("Areas: " + ", ".join(f"`{a}/`" for a in areas[:8]))
-    files = Counter(f for it in topic.items for f in dict.fromkeys(it.files))
-    if files:
-        top = sorted(files, key=lambda f: (-files[f], f))[:8]
-        out.append("Files: " + ", ".join(top))
-    if len(out) > 2:
-        out.append("")
-    out.extend(it.render() for it in topic.items)
-    return "\n".join(out).rstrip() + "\n"
+    out = [f"# {topic.name}", "", *reference_header(topic.areas, topic.items)]
+    out.extend(it.render(files=False) for it in topic.items)
+    return "\n".join(out + _files_by_story(topic.items)).rstrip() + "\n"
+
+
+def _files_by_story(items: list[Item]) -> list[str]:
+    """Where the learnings apply whose text names no path: one line per story, after them
+    (see entries.FILES_BY_STORY). Not on the bullets: paths there outweighed the words of
+    the learning in ranking (recall on the corpus bench fell by a fifth)."""
+    where: dict[str, list[str]] = {}
+    for it in items:
+        if it.says_files:
+            where.setdefault(it.source, suffix_files(it.applies))
+    if not where:
+        return []
+    return ["", FILES_BY_STORY, *(f"- {src}: {', '.join(fs)}" for src, fs in where.items())]
 
 
 def _render_always(units: list[list[str]]) -> str:
@@ -732,40 +110,9 @@ def _render_always(units: list[list[str]]) -> str:
     return f"# {PATTERNS_TOPIC}\n\n{body}\n"
 
 
-_ID_BULLET = re.compile(r"^[-*]\s+\**\s*([A-Za-z][\w.]*-\d+[\w.]*)\**\s*(?:[:—–]|\s-\s)")
-
-
-def _explode(block: Block) -> list[Block]:
-    """A section without a story id whose top-level bullets start with ids ("- US-001:
-    Complete. ...") is a log kept as a list: one story block per such bullet."""
-    if block.story_ids or block.kind not in ("note", "story"):
-        return [block]
-    groups = _group_items(block.body)
-    hits = [(g, hit) for g in groups if _indent(g[0]) == 0 and (hit := _ID_BULLET.match(g[0]))]
-    if len(hits) < 2:
-        return [block]
-    hit_ids = {id(g) for g, _ in hits}
-    rest = [ln for g in groups if id(g) not in hit_ids for ln in g]
-    out = [Block(block.heading, rest, block.kind)] if rest else []
-    for g, bullet in hits:
-        text = "\n".join(g)
-        m = _DATE.search(text)
-        out.append(
-            Block(
-                "",
-                g,
-                "story",
-                [bullet.group(1)],
-                m.group(1) if m else None,
-                paths_in(text),
-            )
-        )
-    return out
-
-
 def _summary_title(block: Block, titles: dict[str, str]) -> str:
     for ln in block.body[:4]:  # the log's own "**Story**: 1.2 - Title" beats the prd's
-        m = _STORY_FIELD.match(ln)
+        m = STORY_FIELD.match(ln)
         if m:
             rest = ln[m.end() :].strip(" -:—–*")
             if len(rest) >= 4:
@@ -777,19 +124,16 @@ def _summary_title(block: Block, titles: dict[str, str]) -> str:
     head = re.sub(r"\b\d{1,2}:\d{2}(?::\d{2})?\b", "", head)
     for sid in block.story_ids:
         head = head.replace(sid, "")
-    head = _DATE.sub("", head)
+    head = DATE.sub("", head)
     head = re.sub(r"(?i)^\W*(story|task|feature|iteration)\b\W*", "", head)
     head = re.sub(r"^[\s\W]+", "", head).strip(" -:—–*")
     if len(head) < 4:
         for ln in block.body:
             label_only = re.match(r"^\W*[\w ]{1,24}\W*:\W*\S*\W*$", ln.strip())
             if ln.strip() and not (
-                _META.match(ln)
-                or _FILES_LINE.match(ln)
-                or label_only
-                or ln.lstrip().startswith("#")
+                META.match(ln) or FILES_LINE.match(ln) or label_only or ln.lstrip().startswith("#")
             ):
-                head = _bullet_key(ln).strip("*_ ")
+                head = bullet_key(ln).strip("*_ ")
                 head = re.sub(r"^\**[\w ]{1,24}\**\s*:\s*\**\s*", "", head)
                 for sid in block.story_ids:
                     head = head.replace(sid, "", 1)
@@ -813,7 +157,7 @@ def _summaries(blocks: list[Block], titles: dict[str, str]) -> list[str]:
         if key and key in seen:
             continue  # a retried story: one line per story
         seen[key] = len(lines)
-        src = ",".join(b.story_ids) if b.story_ids else _source(b, n)
+        src = ",".join(b.story_ids) if b.story_ids else source(b, n)
         when = f" ({b.date})" if b.date and b.date != src else ""
         lines.append(f"- {src}{when}: {_summary_title(b, titles)}".rstrip(": "))
     return lines
@@ -859,17 +203,17 @@ def _always_units(blocks: list[Block], cap: int) -> list[list[str]]:
     units: list[list[str]] = []
     for b in blocks:
         if b.kind == "patterns":
-            for g in _group_items(b.body):
-                units.extend(_split_big(g, cap // 3))
+            for g in group_items(b.body):
+                units.extend(split_big(g, cap // 3))
         elif b.kind == "note":
-            units.extend(_split_big([b.heading, *b.body], cap // 3))
+            units.extend(split_big([b.heading, *b.body], cap // 3))
     return units
 
 
 def _split_always(units: list[list[str]], cap: int) -> tuple[list[list[str]], list[list[str]]]:
     """Keep patterns in the always-selected reference up to the fill level, in file order;
     the rest becomes ordinary items so no reference outgrows the cap."""
-    fill = int(cap * _FILL)
+    fill = int(cap * FILL)
     kept: list[list[str]] = []
     used = tokens.count(f"# {PATTERNS_TOPIC}\n\n")
     for n, u in enumerate(units):
@@ -909,82 +253,30 @@ def build_plan(
         return plan
     titles = _story_titles(prd)
     known = {sid: n for n, sid in enumerate(sorted(titles, key=len, reverse=True))}
-    header, raw = _split_blocks(progress_text)
+    header, raw = split_blocks(progress_text)
     blocks: list[Block] = []
     seen_story = False
     for heading, body in raw:
-        new = _explode(_classify(heading, body, known, seen_story))
+        new = explode(classify(heading, body, known, seen_story))
         blocks.extend(new)
         seen_story = seen_story or any(b.kind == "story" for b in new)
     kept, overflow = _split_always(_always_units(blocks, max_tokens), max_tokens)
     items: list[Item] = []
     for u in overflow:
-        items.extend(_items_of(Block("", u, "note"), u, "patterns", len(items), max_tokens))
+        items.extend(items_of(Block("", u, "note"), u, "patterns", len(items), max_tokens))
     for n, b in enumerate(blocks, 1):
         if b.kind == "story":
-            lines, _explicit = _learning_lines(b.body)
-            items.extend(_items_of(b, lines, _source(b, n), len(items), max_tokens))
-    _resolve_bare_names(items)
-    topics = _make_topics(items, kept, rel_dir, max_tokens, max_topics)
+            lines, _explicit = learning_lines(b.body)
+            items.extend(items_of(b, lines, source(b, n), len(items), max_tokens))
+    resolve_bare_names(items)
+    count_tokens(items)  # a resolved name is longer: the files suffix counts as written
+    topics = make_topics(items, kept, rel_dir, max_tokens, max_topics)
     refs = {t.path: _render_topic(t, kept) for t in topics}
     summaries = _summaries(blocks, titles)
     n_entries = sum(1 for b in blocks if b.kind == "story")
     text = _render_progress(header, topics, summaries, n_entries, archive_path)
     _verify_lossless(items, kept, refs)
     return Plan(text, refs, topics, summaries, before, tokens.count(text))
-
-
-def _make_topics(
-    items: list[Item], kept: list[list[str]], rel_dir: str, cap: int, max_topics: int
-) -> list[Topic]:
-    """Index rows (and, past `max_topics` files, area references with their topics)."""
-    topics: list[Topic] = []
-    used: set[str] = set()
-
-    def path_for(name: str, folder: str = "") -> str:
-        slug, n = slugify(name), 2
-        base = slug
-        while f"{folder}/{slug}" in used:
-            slug, n = f"{base}-{n}", n + 1
-        used.add(f"{folder}/{slug}")
-        return "/".join(p for p in (rel_dir.rstrip("/"), folder, f"{slug}.md") if p)
-
-    if kept:
-        topics.append(Topic(PATTERNS_TOPIC, path_for(PATTERNS_TOPIC), [], [], always=True))
-    leaves = build_topics(items, cap, max_topics - len(topics)) if items else []
-    if len(topics) + len(leaves) <= max_topics:
-        for name, its, areas, group in leaves:
-            topics.append(Topic(name, path_for(name), its, areas, group=group))
-        return topics
-    groups: dict[str, list[Leaf]] = {}
-    for leaf in leaves:
-        groups.setdefault(leaf[3], []).append(leaf)
-    # Behind an area, a topic's name is all the agent sees of it: name each by the words
-    # that set it apart ("Search: tokenizer, ranking"). Flat indexes keep the keyword and
-    # story-span names, which rank the corpus's learnings exactly as before.
-    renamed = [
-        (*c, group)
-        for group, members in groups.items()
-        for c in _leaf_names(group, [m[:3] for m in members])
-    ]
-    groups = {}
-    for leaf in _distinct(renamed):
-        groups.setdefault(leaf[3], []).append(leaf)
-    for group, members in groups.items():
-        if len(members) == 1:
-            name, its, areas, _g = members[0]
-            topics.append(Topic(name, path_for(name), its, areas, group=group))
-            continue
-        area_areas = sorted({a for m in members for a in m[2]})
-        head = Topic(group, path_for(group), [], area_areas, group=group)
-        folder = head.path.rsplit("/", 1)[1][: -len(".md")]
-        head.children = [
-            Topic(name, path_for(name, folder), its, areas, group=group, area=group)
-            for name, its, areas, _g in members
-        ]
-        topics.append(head)
-        topics.extend(head.children)
-    return topics
 
 
 def _render_topic(topic: Topic, kept: list[list[str]]) -> str:
@@ -1003,7 +295,7 @@ def _verify_lossless(items: list[Item], kept: list[list[str]], refs: dict[str, s
     for text in refs.values():
         keys |= line_keys(text)
     for ln in [ln for it in items for ln in it.lines] + [ln for u in kept for ln in u]:
-        if _bullet_key(ln) and _bullet_key(ln) not in keys:
+        if bullet_key(ln) and bullet_key(ln) not in keys:
             raise AssertionError(f"migrate would lose a line: {ln!r}")
 
 

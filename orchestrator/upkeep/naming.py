@@ -1,0 +1,287 @@
+"""Topic names a person would write, from what the learnings say.
+
+A topic is named by its code area when the area says what it is ("Payments stripe",
+"Database migrations"), and by the words that set its learnings apart when it is one of
+several topics cut from one area or keyword ("Search: tokenizer & boosts"). Salient words
+are frequent in the topic, rare in the history (tf-idf over all learnings) and, for a
+piece of a group, more frequent there than in the rest of the group. Never "other",
+"General notes", story ids or numbered parts; a name `ralph check` would call a duplicate
+of another takes the next best words instead.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Iterable
+
+from orchestrator.memory.entries import Item, paths_in
+from orchestrator.upkeep.audit import SimilarIndex
+
+# One string split at import: a stop-word list reads better as text than as 150 literals.
+_STOP_WORDS = (
+    "about above after again against all also always and any are because been before being "
+    "below between both but can cannot could did does doing done down during each every few "
+    "for from further had has have having here how into its itself just like made make "
+    "makes more most must need needs never new not now off once only other our out over own "
+    "same should since some such than that the their them then there these they this those "
+    "through too under until use used uses using very via was were what when where which "
+    "while who why will with within without would you your added adds created updated "
+    "implemented instead file files story stories work works working already still first "
+    "second next true false null none value values don't doesn't isn't it's data type types "
+    "test tests check checks build run runs call calls return returns one two way ways time "
+)
+STOP = frozenset(_STOP_WORDS.split())
+# Said of every learning in a log, so they name nothing ("seen while working on ...").
+# Said of any learning ("seen while working on ...", "the existing approach"), so they
+# name nothing.
+_FILLER = frozenset(
+    [
+        "seen",
+        "while",
+        "working",
+        "learned",
+        "learning",
+        "learnings",
+        "note",
+        "notes",
+        "gotcha",
+        "gotchas",
+        "pattern",
+        "patterns",
+        "iteration",
+        "iterations",
+        "change",
+        "changes",
+        "changed",
+        "fixed",
+        "fixes",
+        "issue",
+        "issues",
+        "based",
+        "existing",
+        "anything",
+        "something",
+        "present",
+        "remain",
+        "remains",
+        "custom",
+        "handle",
+        "handles",
+        "full",
+        "well",
+        "similar",
+        "simple",
+        "consistent",
+        "conditional",
+        "focused",
+        "approach",
+        "clean",
+        "outside",
+        "dedicated",
+        "empty",
+        "initial",
+        "phase",
+        "important",
+        "correct",
+        "correctly",
+        "properly",
+        "proper",
+        "good",
+        "better",
+        "able",
+        "instead",
+        "rather",
+        "even",
+        "correct",
+        "sure",
+        "make",
+        "sure",
+        "ensure",
+        "ensures",
+    ]
+)
+GENERIC_DIRS = frozenset({"src", "lib", "app", "source", "internal", "pkg", "main", "java"})
+WORD_RE = re.compile(r"[a-z][a-z0-9]{3,}")
+_CODE = re.compile(r"`([^`\n]+)`")
+_VAGUE_ENDINGS = ("ly", "ing", "ed")
+_WORD_CASED = re.compile(r"(?<![A-Za-z0-9])[A-Za-z][A-Za-z0-9]{3,}")
+_ACRONYMS = {
+    "db": "DB",
+    "api": "API",
+    "ui": "UI",
+    "ipc": "IPC",
+    "http": "HTTP",
+    "sql": "SQL",
+    "css": "CSS",
+    "llm": "LLM",
+    "ai": "AI",
+    "e2e": "E2E",
+    "i18n": "i18n",
+    "k8s": "k8s",
+    "json": "JSON",
+    "graphql": "GraphQL",
+}
+_SPREAD = 0.5  # a word in more groups than this share is filler ("added", "aggiunto")
+_TERMS = 3  # at most this many words after the head: a name, not a summary
+
+
+def stem(word: str) -> str:
+    return word.rstrip("s") if len(word) > 4 else word
+
+
+def words(text: str) -> set[str]:
+    return {stem(w) for w in WORD_RE.findall(text.lower()) if w not in STOP}
+
+
+def _cased(word: str) -> str:
+    return _ACRONYMS.get(word, word)
+
+
+class Vocabulary:
+    """Word bags of all learnings and their document frequencies: what makes a word
+    salient. Story-id prefixes ("prop" of PROP-002) and filler never name a topic."""
+
+    def __init__(self, items: list[Item]) -> None:
+        self._bags: dict[int, set[str]] = {}
+        self._forms: dict[str, Counter[str]] = {}  # stem -> its written forms
+        self.skip = set(_FILLER)
+        for it in items:
+            for sid in it.source.split(","):
+                self.skip.update(w.lower() for w in re.findall(r"[A-Za-z]+", sid))
+        self.df: Counter[str] = Counter(w for it in items for w in self.bag(it))
+        self.n = max(1, len(items))
+        # Names of things: words in `code` spans or written as identifiers (useAuth).
+        self.code: set[str] = set()
+        for it in items:
+            text = "\n".join(it.lines)
+            for w in _WORD_CASED.findall(text):
+                low = stem(w.lower())
+                self._forms.setdefault(low, Counter())[w] += 1
+                if not w[1:].islower() and not w.isupper():  # useAuth, DealOggetto
+                    self.code.add(low)
+            if "`" in text:
+                for span in _CODE.findall(text):
+                    if not paths_in(span):  # a path's folders are the area, not a thing
+                        self.code.update(stem(w) for w in WORD_RE.findall(span.lower()))
+
+    def learn_groups(self, groups: list[list[Item]]) -> None:
+        """Words found in most groups of the log ("added", "aggiunto", "component") say
+        nothing of any one of them: never salient. Needs five groups to tell."""
+        if len(groups) < 5:
+            return
+        spread = Counter(w for its in groups for w in set().union(*map(self.bag, its)))
+        self.skip.update(w for w, c in spread.items() if c > _SPREAD * len(groups))
+
+    def label(self, word: str) -> str:
+        """The word as the learnings write it most often ("ingress", not the stem "ingre";
+        "useAuth", not "useauth")."""
+        found = self._forms.get(word)
+        if not found:
+            return _cased(word)
+        best = min(found, key=lambda w: (-found[w], w))
+        return _cased(best) if best.islower() else best
+
+    def bag(self, item: Item) -> set[str]:
+        key = id(item)
+        if key not in self._bags:
+            self._bags[key] = words("\n".join(item.lines))
+        return self._bags[key]
+
+    def counts(self, items: list[Item]) -> Counter[str]:
+        return Counter(w for it in items for w in self.bag(it))
+
+    def salient(
+        self,
+        items: list[Item],
+        rest: tuple[Counter[str], int] | None = None,
+        skip: Iterable[str] = (),
+        n: int = 8,
+        written: bool = True,
+    ) -> list[str]:
+        """The `n` words that best say what `items` are about, as written. With `rest`
+        (word counts and size of the group they were cut from), words more frequent here
+        than in the group come first. `written=False`: the stems, for comparing."""
+        counts = self.counts(items)
+        size = len(items)
+        avoid = self.skip | {stem(w) for w in skip}
+        ranked = []
+        for least in (min(2, size), 1):
+            for w, c in counts.items():
+                if w in avoid or w.isdigit() or c < least:
+                    continue
+                score = (c / size) * math.log(1 + self.n / self.df[w])
+                if w in self.code:
+                    score *= 1.5
+                elif w.endswith(_VAGUE_ENDINGS):  # adverbs, participles: "internally"
+                    score *= 0.4
+                if rest is not None and rest[0][w]:
+                    score *= min(3.0, (c / size) / (rest[0][w] / rest[1]))
+                ranked.append((-score, -c, w))
+            if ranked:
+                break
+        ranked.sort()
+        top = [w for _s, _c, w in ranked[:n]]
+        return [self.label(w) for w in top] if written else top
+
+
+def area_head(area: str, taken: SimilarIndex) -> str:
+    """A folder as a person names it: its last meaningful parts as words ("src/db/
+    migrations" -> "DB migrations"), longer when that is taken; "" when the folder says
+    nothing of its own ("src", top-level files): its learnings name it then."""
+    parts = [
+        w
+        for seg in area.split("/")
+        for w in re.split(r"[-_.\s]+", seg)
+        if w and w[0].isalpha() and w.lower() not in GENERIC_DIRS
+    ]
+    if not parts:
+        return ""
+    for n in range(min(2, len(parts)), len(parts) + 1):
+        name = _sentence(" ".join(_cased(p.lower()) if p.islower() else p for p in parts[-n:]))
+        if name not in taken:
+            return name
+    return ""
+
+
+def _sentence(text: str) -> str:
+    return text[:1].upper() + text[1:] if text else text
+
+
+def _joined(terms: list[str]) -> str:
+    if len(terms) <= 1:
+        return "".join(terms)
+    return ", ".join(terms[:-1]) + " & " + terms[-1]
+
+
+def candidates(head: str, terms: list[str]) -> list[str]:
+    """Names to try in order: the two best words, then other pairs, then three words."""
+    picks: list[list[str]] = []
+    top = terms[:8]
+    picks += [[a, b] for i, a in enumerate(top) for b in top[i + 1 :]]
+    picks += [top[:3]] if len(top) >= 3 else []
+    picks += [[t] for t in top]
+    names = []
+    for p in picks:
+        body = _joined(p[:_TERMS])
+        names.append(f"{head}: {body}" if head else _sentence(body))
+    return [n for n in names if n and not n.endswith(": ")]
+
+
+def unique(options: list[str], taken: SimilarIndex, span: str) -> str:
+    """The first option `ralph check` would not call a duplicate of a taken name; past
+    them all, the best one with the stories it spans (never a bare "(2)")."""
+    for name in options:
+        if name not in taken:
+            return name
+    best = options[0] if options else "Learnings"
+    name, n = f"{best} ({span})", 2
+    while name in taken:
+        name, n = f"{best} ({span}, {n})", n + 1
+    return name
+
+
+def story_span(items: list[Item]) -> str:
+    first, last = items[0].source.split(",")[0], items[-1].source.split(",")[0]
+    return first if first == last else f"{first} to {last}"
