@@ -65,6 +65,12 @@ def ralph_bin() -> str:
     return str(found) if found.exists() else shutil.which("ralph") or "ralph"
 
 
+def ralph_argv(source: Path | None) -> list[str]:
+    """The installed `ralph`, or with `source` (a checkout) `python -m orchestrator` run
+    with PYTHONPATH=source (set by `bench`), to time two versions on one machine."""
+    return [ralph_bin()] if source is None else [sys.executable, "-m", "orchestrator"]
+
+
 def make_project(root: Path, stamp: Path, ralph_sh: Path | None) -> Path:
     """A git repo with scripts/ralph/{prd.json,CLAUDE.md,prompt.md} (and ralph.sh if given)."""
     rd = root / "scripts" / "ralph"
@@ -130,9 +136,15 @@ def median(xs: list[float]) -> float:
     return round(statistics.median(xs), 3)
 
 
-def bench(runs: int, ralph_sh: Path | None) -> dict:
-    ralph = ralph_bin()
-    results: dict = {"runs": runs, "ralph": ralph, "load_before": os.getloadavg()}
+def bench(runs: int, ralph_sh: Path | None, source: Path | None = None) -> dict:
+    ralph = ralph_argv(source)
+    results: dict = {
+        "runs": runs,
+        "ralph": " ".join(ralph) + (f" (PYTHONPATH={source})" if source else ""),
+        "load_before": os.getloadavg(),
+    }
+    if source is not None:
+        os.environ["PYTHONPATH"] = str(source)  # every run below inherits it
     with tempfile.TemporaryDirectory(prefix="ralph-launch-") as tmp_s:
         tmp = Path(tmp_s)
         small = make_project(tmp / "small", tmp / "stamp.sh", None)
@@ -140,16 +152,16 @@ def bench(runs: int, ralph_sh: Path | None) -> dict:
         for name, argv in (
             # The floor: the interpreter starting with the venv's site-packages and exiting.
             ("python -c pass", [sys.executable, "-c", "pass"]),
-            ("ralph --version", [ralph, "--version"]),
-            ("ralph --help", [ralph, "--help"]),
-            ("ralph status", [ralph, "status"]),
+            ("ralph --version", [*ralph, "--version"]),
+            ("ralph --help", [*ralph, "--help"]),
+            ("ralph status", [*ralph, "status"]),
         ):
             samples = [timed(argv, small, env)[1:] for _ in range(runs)]
             results[name] = {
                 "wall_s": median([w for w, _ in samples]),
                 "cpu_s": median([c for _, c in samples]),
             }
-        mine, cpu = launch_to_agent([ralph, "run", "--tool", "stamp", "1"], tmp, None, runs)
+        mine, cpu = launch_to_agent([*ralph, "run", "--tool", "stamp", "1"], tmp, None, runs)
         results["launch to agent: ralph run"] = {
             "wall_s": median(mine),
             "cpu_s": median(cpu),
@@ -188,11 +200,18 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=7, help="runs per measure (median taken)")
     ap.add_argument("--ralph-sh", type=Path, default=os.environ.get("RALPH_SH") or None)
     ap.add_argument("--out", type=Path, default=RESULTS / "launch.json")
+    ap.add_argument(
+        "--source",
+        type=Path,
+        metavar="DIR",
+        help="time the checkout in DIR (python -m orchestrator, PYTHONPATH=DIR) instead of "
+        "the installed ralph: run once with and once without to compare versions",
+    )
     args = ap.parse_args()
     ralph_sh = args.ralph_sh if args.ralph_sh and Path(args.ralph_sh).is_file() else None
     if args.ralph_sh and ralph_sh is None:
         print(f"note: {args.ralph_sh} not found: the ralph.sh column is skipped", file=sys.stderr)
-    results = bench(args.runs, ralph_sh)
+    results = bench(args.runs, ralph_sh, args.source)
     print(table(results))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2) + "\n")

@@ -8,7 +8,16 @@ Projects come from bench/synth.py (entries shaped like the corpus's). Two axes:
 - history: 30 / 300 / 1,000 / 3,000 stories. `ralph migrate --dry-run` and `ralph migrate`
   on the flat log; `check`, `compact` (dry run), `prompt` and `status` on an indexed project
   with 100 references and that history in progress.txt;
-- references: 10 / 100 / 1,000 / 10,000 index rows over a 3,000-story history.
+- references: 10 / 100 / 1,000 / 10,000 index rows over a 3,000-story history;
+- extras (`--extras`, on by default): start-up (`--version`, `--help`, `status` on a 30-story
+  project), `status` and `prompt` on a 50 MB progress.txt (`--big-log MB`), and one loop
+  iteration (`ralph run --tool bench 1` with a trivial agent, `--iteration-refs` references):
+  its CPU is the ralph process and its git calls, the agent's own CPU (a shell reading the
+  prompt, reported by `times`) subtracted.
+
+`--baseline DIR` times another checkout (its `orchestrator/` package, run as `python -m
+orchestrator` with PYTHONPATH=DIR) against this one, run after run on the same project, so
+both see the same machine: cells become "before -> after" with the CPU ratio.
 
 Every command runs as a real `ralph` subprocess; wall time from `time.perf_counter`, CPU time
 (user + system) from `resource.getrusage(RUSAGE_CHILDREN)`, median of `--repeats`. The growth
@@ -45,6 +54,10 @@ HISTORY = (30, 300, 1000, 3000)
 REFS = (10, 100, 1000, 10000)
 HISTORY_REFS = 100  # references of the indexed projects on the history axis
 REFS_STORIES = 3000  # history of the projects on the references axis
+BIG_LOG_MB = 50.0
+ITERATION_REFS = 10000
+EXTRA_AXES = ("startup", "big log", "iteration")
+AGENT_TIMES = "bench-agent.times"
 QUICK_HISTORY = (10, 40)
 QUICK_REFS = (5, 20)
 # Commands per project kind: (label, argv after `ralph`).
@@ -63,13 +76,30 @@ def ralph_argv() -> list[str]:
     return [str(exe)] if exe.exists() else [sys.executable, "-m", "orchestrator"]
 
 
-def timed(argv: Sequence[str], cwd: Path, timeout: float) -> dict[str, Any]:
+def source_argv(source: Path | None) -> tuple[list[str], dict[str, str] | None]:
+    """(argv prefix, environment) running `ralph` from `source` (a checkout), or the
+    installed one when None. Both sides of a comparison run as `python -m orchestrator`."""
+    if source is None:
+        return ralph_argv(), None
+    env = dict(os.environ, PYTHONPATH=str(source))
+    return [sys.executable, "-m", "orchestrator"], env
+
+
+def timed(
+    argv: Sequence[str], cwd: Path, timeout: float, env: dict[str, str] | None = None
+) -> dict[str, Any]:
     """Run one command; wall and CPU seconds, exit code and the tail of its output."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     try:
         proc = subprocess.run(
-            list(argv), cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False
+            list(argv),
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+            env=env,
         )
         code, out, err = proc.returncode, proc.stdout, proc.stderr
     except subprocess.TimeoutExpired as exc:
@@ -89,30 +119,73 @@ def _prompt_facts(stdout: str) -> dict[str, Any]:
     return {"prompt_tokens": data.get("tokens"), "index_tokens": parts.get("index")}
 
 
-def measure(
-    label: str, argv: list[str], project: Path, repeats: int, timeout: float, fresh: bool
+def _agent_cpu(cwd: Path) -> float:
+    """CPU seconds the bench agent reported (`times`: the shell, then its children)."""
+    path = cwd / AGENT_TIMES
+    if not path.exists():
+        return 0.0
+    total = 0.0
+    for word in path.read_text().split():
+        m, _, sec = word.rstrip("s").partition("m")
+        with contextlib.suppress(ValueError):
+            total += int(m) * 60 + float(sec)
+    path.unlink()
+    return total
+
+
+def _one(
+    argv: list[str], project: Path, timeout: float, fresh: bool, source: Path | None
 ) -> dict[str, Any]:
-    """Median of `repeats` runs; `fresh` runs each on a new copy (commands that write)."""
-    runs = []
-    for _ in range(repeats):
-        cwd = project
-        if fresh:
-            cwd = project.with_name(project.name + "-run")
-            shutil.rmtree(cwd, ignore_errors=True)
-            shutil.copytree(project, cwd)
-        r = timed([*ralph_argv(), *argv], cwd, timeout)
-        runs.append(r)
-        if fresh:
-            shutil.rmtree(cwd, ignore_errors=True)
-        if r["exit"] is None:
-            break  # a timed-out command is not worth repeating
-    row: dict[str, Any] = {
-        "command": label,
+    cwd = project
+    if fresh:
+        cwd = project.with_name(project.name + "-run")
+        shutil.rmtree(cwd, ignore_errors=True)
+        shutil.copytree(project, cwd, symlinks=True)
+    prefix, env = source_argv(source)
+    r = timed([*prefix, *argv], cwd, timeout, env)
+    r["cpu"] -= _agent_cpu(cwd)
+    if fresh:
+        shutil.rmtree(cwd, ignore_errors=True)
+    return r
+
+
+def _summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
         "wall": statistics.median(r["wall"] for r in runs),
         "cpu": statistics.median(r["cpu"] for r in runs),
         "exit": runs[-1]["exit"],
         "runs": [{k: r[k] for k in ("wall", "cpu", "exit")} for r in runs],
     }
+
+
+def measure(
+    label: str,
+    argv: list[str],
+    project: Path,
+    repeats: int,
+    timeout: float,
+    fresh: bool,
+    baseline: Path | None = None,
+    source: Path | None = None,
+) -> dict[str, Any]:
+    """Median of `repeats` runs; `fresh` runs each on a new copy (commands that write).
+    With `baseline`, each repeat runs that checkout first, then this one."""
+    runs: list[dict[str, Any]] = []
+    base: list[dict[str, Any]] = []
+    if baseline is not None and not fresh:
+        # Unmeasured: the first run on a project fills its token-count cache, and the
+        # baseline, which runs first, must not pay that alone.
+        _one(argv, project, timeout, fresh, source)
+    for _ in range(repeats):
+        if baseline is not None:
+            base.append(_one(argv, project, timeout, fresh, baseline))
+        r = _one(argv, project, timeout, fresh, source)
+        runs.append(r)
+        if r["exit"] is None:
+            break  # a timed-out command is not worth repeating
+    row: dict[str, Any] = {"command": label, **_summary(runs)}
+    if base:
+        row["baseline"] = _summary(base)
     if label == "prompt":
         row.update(_prompt_facts(runs[-1]["stdout"]))
     if runs[-1]["exit"] not in (0, 1):  # check exits 1 with findings: a result, not a failure
@@ -167,18 +240,83 @@ def run_axis(
                 if args.only and label.split()[0] not in args.only:
                     continue
                 fresh = argv == ["migrate"]
-                row = measure(label, argv, project, args.repeats, args.timeout, fresh)
-                row.update(axis=axis, size=size)
-                rows.append(row)
-                if args.progress_file:  # rows so far survive an interrupted run
-                    with open(args.progress_file, "a", encoding="utf-8") as f:
-                        f.write(json.dumps(row) + "\n")
-                print(
-                    f"{axis:>10} {size:>6} {label:<18} wall {row['wall']:8.2f}s  "
-                    f"cpu {row['cpu']:8.2f}s  exit {row['exit']}",
-                    flush=True,
+                row = measure(
+                    label,
+                    argv,
+                    project,
+                    args.repeats,
+                    args.timeout,
+                    fresh,
+                    args.baseline,
+                    args.source,
                 )
+                row.update(axis=axis, size=size)
+                _keep(rows, row, args)
             shutil.rmtree(project, ignore_errors=True)
+    return rows
+
+
+def _keep(rows: list[dict[str, Any]], row: dict[str, Any], args: argparse.Namespace) -> None:
+    rows.append(row)
+    if args.progress_file:  # rows so far survive an interrupted run
+        with open(args.progress_file, "a", encoding="utf-8") as f:
+            f.write(json.dumps(row) + "\n")
+    base = row.get("baseline")
+    before = f"(before: wall {base['wall']:.2f}s cpu {base['cpu']:.2f}s)  " if base else ""
+    print(
+        f"{row['axis']:>10} {row['size']:>6} {row['command']:<18} wall {row['wall']:8.2f}s  "
+        f"cpu {row['cpu']:8.2f}s  {before}exit {row['exit']}",
+        flush=True,
+    )
+
+
+def bench_project(root: Path, n_stories: int, n_refs: int) -> Path:
+    """An indexed project in a git repo whose ralph.yaml has a `bench` agent: a shell that
+    reads the prompt and writes its own CPU time (`times`) to AGENT_TIMES."""
+    synth.indexed_project(root, n_stories, n_refs)
+    agent = root / "bench-agent.sh"
+    agent.write_text(f"#!/bin/sh\ncat > /dev/null\necho done\ntimes > {AGENT_TIMES}\n")
+    (root / "ralph.yaml").write_text(
+        "sleep_between: 0\nagents:\n  bench:\n    command: [sh, bench-agent.sh]\n"
+    )
+    (root / ".gitignore").write_text(f"{AGENT_TIMES}\n")
+    for git_args in (
+        ["init", "-q", "-b", "main"],
+        ["add", "-A"],
+        ["-c", "user.email=bench@example.com", "-c", "user.name=bench", "commit", "-qm", "init"],
+    ):
+        subprocess.run(["git", *git_args], cwd=root, check=True, capture_output=True)
+    return root
+
+
+def run_extras(work: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Start-up, a long progress.txt, one loop iteration (see the module doc)."""
+    rows: list[dict[str, Any]] = []
+    small = synth.indexed_project(work / "small", 30, 10)
+    big = synth.big_log_project(work / "big", args.big_log, n_stories=min(3000, args.refs_stories))
+    loop = bench_project(work / "loop", args.refs_stories, args.iteration_refs)
+    jobs = [
+        ("startup", 0, "--version", ["--version"], small, False),
+        ("startup", 0, "--help", ["--help"], small, False),
+        ("startup", 30, "status", ["status"], small, False),
+        ("big log", args.big_log, "status", ["status", "--json"], big, False),
+        ("big log", args.big_log, "prompt", ["prompt", "--json"], big, False),
+        ("iteration", args.iteration_refs, "run 1", ["run", "--tool", "bench", "1"], loop, True),
+    ]
+    for axis, size, label, argv, project, fresh in jobs:
+        if args.only and label.split()[0].lstrip("-") not in args.only and axis not in args.only:
+            continue
+        if axis == "iteration":
+            # An iteration after the first: the project's token counts are cached (each
+            # measured run works on a fresh copy of the project, cache included).
+            _one(["prompt", "--json"], project, args.timeout, False, args.source)
+        row = measure(
+            label, argv, project, args.repeats, args.timeout, fresh, args.baseline, args.source
+        )
+        row.update(axis=axis, size=size)
+        _keep(rows, row, args)
+    for project in (small, big, loop):
+        shutil.rmtree(project, ignore_errors=True)
     return rows
 
 
@@ -186,10 +324,18 @@ def _cell(rows: list[dict[str, Any]], axis: str, cmd: str, size: int) -> str:
     r = next(
         (r for r in rows if r["axis"] == axis and r["command"] == cmd and r["size"] == size), None
     )
-    if r is None:
-        return "-"
+    return "-" if r is None else _figures(r)
+
+
+def _figures(r: dict[str, Any]) -> str:
+    """ "wall / CPU", or with a baseline "before -> after (CPU ratio)"."""
     bad = "" if r["exit"] in (0, 1) else f" (exit {r['exit']})"
-    return f"{r['wall']:.2f} / {r['cpu']:.2f}{bad}"
+    now = f"{r['wall']:.2f} / {r['cpu']:.2f}{bad}"
+    base = r.get("baseline")
+    if not base:
+        return now
+    ratio = f"x{base['cpu'] / r['cpu']:.1f}" if r["cpu"] > 0 else "-"
+    return f"{base['wall']:.2f} / {base['cpu']:.2f} -> {now} ({ratio})"
 
 
 def _fmt_exp(x: float | None) -> str:
@@ -207,6 +353,12 @@ def markdown(result: dict[str, Any]) -> str:
         "log size, over all sizes and between the two largest.",
         "",
     ]
+    if result.get("baseline"):
+        lines[-1:-1] = [
+            f"Cells with an arrow: `{result['baseline']}` (before) -> this checkout (after), "
+            "run after run on the same project; the ratio is before CPU / after CPU.",
+            "",
+        ]
     for axis, sizes, what in (
         (
             "history",
@@ -246,6 +398,22 @@ def markdown(result: dict[str, Any]) -> str:
                 )
             )
             lines.append("")
+    extras = [r for r in rows if r["axis"] in EXTRA_AXES]
+    if extras:
+        lines += [
+            "## Start-up, a long progress.txt, one loop iteration",
+            "",
+            "| what | command | wall / CPU s |",
+            "|---|---|---:|",
+        ]
+        for r in extras:
+            what = {
+                "startup": "start-up" + (f", {r['size']}-story project" if r["size"] else ""),
+                "big log": f"{r['size']:g} MB progress.txt",
+                "iteration": f"one iteration, {r['size']:,} references (agent CPU excluded)",
+            }[r["axis"]]
+            lines.append(f"| {what} | `ralph {r['command']}` | {_figures(r)} |")
+        lines.append("")
     return "\n".join(lines)
 
 
@@ -322,12 +490,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--no-chart", action="store_true")
     ap.add_argument("--progress-file", type=Path, help="append each row as JSON as it is measured")
     ap.add_argument("--profile", metavar="CMD:SIZE", help="cProfile one command and exit")
+    ap.add_argument(
+        "--baseline",
+        type=Path,
+        metavar="DIR",
+        help="also time the checkout in DIR, run after run (before -> after cells)",
+    )
+    ap.add_argument(
+        "--source",
+        type=Path,
+        metavar="DIR",
+        help="time the checkout in DIR instead of the installed ralph (e.g. a frozen copy)",
+    )
+    ap.add_argument(
+        "--no-extras",
+        dest="extras",
+        action="store_false",
+        help="skip start-up, the long progress.txt and the loop iteration",
+    )
+    ap.add_argument("--big-log", type=float, default=BIG_LOG_MB, help="MB (default 50)")
+    ap.add_argument("--iteration-refs", type=int, default=ITERATION_REFS)
     args = ap.parse_args(argv)
+    for flag, where in (("--baseline", args.baseline), ("--source", args.source)):
+        if where is not None and not (where / "orchestrator").is_dir():
+            ap.error(f"{flag} {where}: no orchestrator/ package there")
     if args.quick:
         args.repeats = 1
         args.history = args.history or list(QUICK_HISTORY)
         args.refs = args.refs if args.refs is not None else list(QUICK_REFS)
         args.history_refs, args.refs_stories = min(args.history_refs, 8), min(args.refs_stories, 40)
+        args.big_log, args.iteration_refs = min(args.big_log, 0.2), min(args.iteration_refs, 20)
     history = HISTORY if args.history is None else tuple(args.history)
     refs = REFS if args.refs is None else tuple(args.refs)
     with tempfile.TemporaryDirectory(prefix="ralph-scale-") as tmp:
@@ -336,6 +528,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             profile(args.profile, work, args)
             return 0
         rows = run_axis("history", history, work, args) + run_axis("references", refs, work, args)
+        if args.extras:
+            rows += run_extras(work, args)
     result = {
         "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "machine": f"{os.cpu_count()} CPUs",
@@ -345,6 +539,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "refs_sizes": list(refs),
         "history_refs": args.history_refs,
         "refs_stories": args.refs_stories,
+        "baseline": str(args.baseline) if args.baseline else None,
         "rows": rows,
         "exponents": {
             "history": exponents(rows, "history"),

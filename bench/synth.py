@@ -275,3 +275,24 @@ def indexed_project(root: Path, n_stories: int, n_refs: int, seed: int = 7) -> P
     _write(ralph / "prd.json", json.dumps(prd(items), indent=2) + "\n")
     _write(ralph / "progress.txt", f"{HEADER}{index}\n\n{log}")
     return root
+
+
+def big_log_project(
+    root: Path, megabytes: float, n_refs: int = 100, n_stories: int = 3000, seed: int = 7
+) -> Path:
+    """An indexed project (`n_stories` stories, `n_refs` references) whose progress.txt then
+    grows with further log entries to about `megabytes` MB: a project years into its loop."""
+    indexed_project(root, n_stories, n_refs, seed)
+    path = root / "scripts" / "ralph" / "progress.txt"
+    target = int(megabytes * 1_000_000)
+    size = path.stat().st_size
+    per = max(1, size // n_stories)  # bytes per entry, roughly
+    extra = stories(n_stories + 2 * max(0, target - size) // per + 1, seed)[n_stories:]
+    with open(path, "a", encoding="utf-8") as f:
+        for s in extra:
+            if size >= target:
+                break
+            text = "\n" + entry(s)
+            f.write(text)
+            size += len(text.encode("utf-8"))
+    return root

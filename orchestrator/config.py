@@ -19,7 +19,6 @@ from collections.abc import Hashable, Mapping
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-import structlog
 import yaml
 from pydantic import (
     BaseModel,
@@ -33,8 +32,9 @@ from pydantic import (
 
 from orchestrator import fsutil
 from orchestrator.errors import ConfigError
+from orchestrator.log import get_logger
 
-log = structlog.get_logger()
+log = get_logger()
 
 CONFIG_FILE = "ralph.yaml"
 HOUR, DAY, WEEK = 3600, 86400, 7 * 86400  # upper bounds of durations (seconds)

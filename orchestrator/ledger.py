@@ -26,16 +26,17 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
-
-import structlog
-from structlog.typing import EventDict, WrappedLogger
+from typing import TYPE_CHECKING, Any
 
 from orchestrator import fsutil
 from orchestrator.errors import FatalError, InputError
+from orchestrator.log import get_logger
 from orchestrator.redact import Redactor
 
-log = structlog.get_logger()
+if TYPE_CHECKING:
+    from structlog.typing import EventDict, WrappedLogger
+
+log = get_logger()
 
 OUTCOMES = ("passed", "no_progress", "failed", "timeout", "interrupted", "error")
 # The order keys appear in on a ledger line: identity first, then the rest as given.
@@ -180,6 +181,8 @@ class Ledger:
         self._redact = Redactor()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file = _LineWriter(self.path)
+        import structlog  # lazy: ~0.2 s to import, and only a run writes a ledger
+
         self._log = structlog.wrap_logger(
             self._file,
             processors=[

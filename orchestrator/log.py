@@ -5,8 +5,11 @@ Two outputs from one event stream (stdlib logging with structlog's ProcessorForm
   for after-the-fact debugging;
 - readable lines on the console (stderr): `ralph: warning: <message> key=value`, warnings and
   errors only unless verbose.
-Modules just call `structlog.get_logger()`; before `configure()` runs, structlog's defaults
-print to stdout, which is fine for tests and library use.
+Modules call `log.get_logger()`, never structlog directly: structlog (with rich, asyncio
+and its traceback support) costs ~0.2 s of CPU to import, and most commands log nothing. It
+is imported when the first event is logged (or a foreign stdlib record is formatted), and
+`configure()` takes effect then. Before `configure()` runs, structlog's defaults print to
+stdout, which is fine for tests and library use.
 """
 
 from __future__ import annotations
@@ -19,10 +22,10 @@ import sys
 import tempfile
 import traceback
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-import structlog
-from structlog.typing import EventDict, Processor, WrappedLogger
+if TYPE_CHECKING:
+    from structlog.typing import EventDict, Processor, WrappedLogger
 
 if TYPE_CHECKING:
     # Generic in typeshed only: subscripting it at runtime fails before Python 3.11.
@@ -35,12 +38,107 @@ _HANDLER_TAG = "_ralph_handler"
 # later in cli.main can still be recorded beside the run's other events.
 _last_file: Path | None = None
 
-_SHARED: list[Processor] = [
-    structlog.contextvars.merge_contextvars,
-    structlog.stdlib.add_log_level,
-    structlog.processors.TimeStamper(fmt="iso", utc=True, key="ts"),
-    structlog.processors.StackInfoRenderer(),
-]
+# Whether structlog must get our configuration when it is first used (configure() ran
+# before anything imported it).
+_pending = False
+
+
+def _shared() -> list[Processor]:
+    import structlog
+
+    return [
+        structlog.contextvars.merge_contextvars,
+        structlog.stdlib.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True, key="ts"),
+        structlog.processors.StackInfoRenderer(),
+    ]
+
+
+def _structlog() -> Any:
+    """structlog, imported now, with our configuration applied if configure() asked for it."""
+    global _pending
+    import structlog
+
+    if _pending:
+        _pending = False
+        structlog.configure(
+            processors=[*_shared(), structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
+            logger_factory=structlog.stdlib.LoggerFactory(),
+            wrapper_class=structlog.stdlib.BoundLogger,
+            cache_logger_on_first_use=False,
+        )
+    return structlog
+
+
+# Set by configure(): from then on, an event no handler would write (a debug line when only
+# the console's warnings are shown) is dropped before structlog is imported for it.
+_configured = False
+_LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "warn": logging.WARNING,
+    "error": logging.ERROR,
+    "exception": logging.ERROR,
+    "critical": logging.CRITICAL,
+}
+
+
+def _dropped(*_args: Any, **_kw: Any) -> None:
+    return None
+
+
+def _wanted(level: int) -> bool:
+    return any(h.level <= level for h in logging.getLogger().handlers)
+
+
+class _Logger:
+    """What `get_logger()` returns: structlog's logger, imported on the first event that
+    some handler would write."""
+
+    __slots__ = ()
+
+    def __getattr__(self, name: str) -> Any:
+        level = _LEVELS.get(name)
+        if level is not None and _configured and not _wanted(level):
+            return _dropped
+        return getattr(_structlog().get_logger(), name)
+
+
+def get_logger() -> Any:
+    """The logger modules keep at module level (`log = get_logger()`): imports nothing."""
+    return _Logger()
+
+
+class _Formatter(logging.Formatter):
+    """structlog's ProcessorFormatter for one of our handlers, built on the first record:
+    a command that logs nothing never imports structlog."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__()
+        self.kind = kind
+        self._inner: logging.Formatter | None = None
+
+    def format(self, record: logging.LogRecord) -> str:
+        if self._inner is None:
+            self._inner = _processor_formatter(self.kind)
+        return self._inner.format(record)
+
+
+def _processor_formatter(kind: str) -> logging.Formatter:
+    structlog = _structlog()
+    pf = structlog.stdlib.ProcessorFormatter
+    if kind == "console":
+        processors = [pf.remove_processors_meta, _console_line]
+    else:
+        processors = [
+            pf.remove_processors_meta,
+            structlog.processors.format_exc_info,
+            structlog.processors.JSONRenderer(default=str),
+            _redact_line,
+        ]
+    formatter: logging.Formatter = pf(processors=processors, foreign_pre_chain=_shared())
+    return formatter
 
 
 class _CurrentStderr(_StreamHandler):
@@ -85,12 +183,10 @@ def configure(log_file: Path | None = None, *, verbose: bool = False) -> None:
 
     Safe to call more than once (e.g. once per run in tests): earlier handlers are replaced.
     """
-    structlog.configure(
-        processors=[*_SHARED, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
-        logger_factory=structlog.stdlib.LoggerFactory(),
-        wrapper_class=structlog.stdlib.BoundLogger,
-        cache_logger_on_first_use=False,
-    )
+    global _pending, _configured
+    _pending = _configured = True
+    if "structlog" in sys.modules:  # someone uses it already: configure it now
+        _structlog()
     root = logging.getLogger()
     for h in [h for h in root.handlers if getattr(h, _HANDLER_TAG, False)]:
         root.removeHandler(h)
@@ -101,15 +197,7 @@ def configure(log_file: Path | None = None, *, verbose: bool = False) -> None:
 
     console = _CurrentStderr()
     console.setLevel(logging.DEBUG if verbose else logging.WARNING)
-    console.setFormatter(
-        structlog.stdlib.ProcessorFormatter(
-            processors=[
-                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
-                _console_line,
-            ],
-            foreign_pre_chain=_SHARED,
-        )
-    )
+    console.setFormatter(_Formatter("console"))
     setattr(console, _HANDLER_TAG, True)
     root.addHandler(console)
 
@@ -119,17 +207,7 @@ def configure(log_file: Path | None = None, *, verbose: bool = False) -> None:
         Path(log_file).parent.mkdir(parents=True, exist_ok=True)
         fh = logging.FileHandler(log_file, encoding="utf-8")
         fh.setLevel(logging.DEBUG)
-        fh.setFormatter(
-            structlog.stdlib.ProcessorFormatter(
-                processors=[
-                    structlog.stdlib.ProcessorFormatter.remove_processors_meta,
-                    structlog.processors.format_exc_info,
-                    structlog.processors.JSONRenderer(default=str),
-                    _redact_line,
-                ],
-                foreign_pre_chain=_SHARED,
-            )
-        )
+        fh.setFormatter(_Formatter("file"))
         setattr(fh, _HANDLER_TAG, True)
         root.addHandler(fh)
 

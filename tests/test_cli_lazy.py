@@ -109,3 +109,27 @@ def test_command_help_and_unknown_command_through_the_real_cli(tmp_path: Path) -
     for name, summary in cli.COMMANDS.items():
         assert name in res.stdout
         assert summary.split()[0] in res.stdout
+
+
+def test_a_command_that_logs_nothing_never_imports_structlog(tmp_path: Path) -> None:
+    story = {"id": "US-001", "title": "t", "passes": False, "priority": 1}
+    (tmp_path / "prd.json").write_text(json.dumps({"userStories": [story]}))
+    for args in (["status", "--json"], ["prompt"]):
+        names = imported_modules(args, tmp_path)
+        assert not any(n.split(".")[0] == "structlog" for n in names), args
+
+
+def test_only_the_log_module_imports_structlog_at_module_level() -> None:
+    """Modules log through `orchestrator.log.get_logger()`: a top-level `import structlog`
+    anywhere else would cost every command that imports it ~0.2 s again."""
+    root = Path(cli.__file__).resolve().parent
+    offenders = [
+        str(p.relative_to(root))
+        for p in root.rglob("*.py")
+        if p.name != "log.py"
+        and any(
+            line.startswith(("import structlog", "from structlog"))
+            for line in p.read_text(encoding="utf-8").splitlines()
+        )
+    ]
+    assert not offenders, offenders

@@ -431,3 +431,77 @@ def test_index_section_is_just_the_table() -> None:
     assert Progress.parse("## Progress Index\nnote\n").with_index_row("A", "a.md").render() == (
         "## Progress Index\n| Topic | Reference Path |\n|---|---|\n| A | a.md |\nnote\n"
     )
+
+
+# -- the index read from the top of the log equals the one the whole split finds ----------
+
+_INDEX = (
+    "## Progress Index\n| Topic | Reference Path |\n|---|---|\n"
+    "| Auth | ralph/references/auth.md |\n\n"
+)
+_ENTRY = "## 2026-01-02 - US-001\n- did it\n---\n"
+PREFIX_CASES = {
+    "index then entries": HEADER.format(date="d") + "\n" + _INDEX + _ENTRY * 3,
+    "patterns between": HEADER.format(date="d") + _INDEX + "## Codebase Patterns\n- x\n" + _ENTRY,
+    "entries first": HEADER.format(date="d") + _ENTRY + _INDEX + _ENTRY,
+    "no entries": HEADER.format(date="d") + _INDEX + "[2026-01-08 12:42] Story: US-001 - a\n",
+    "closed fence above": "```\n## Progress Index\n| A | a.md |\n```\n" + _INDEX + _ENTRY,
+    "unclosed fence after": _INDEX + "```\n" + _ENTRY + "## Progress Index\n| B | b.md |\n",
+    "unclosed fence above": "~~~\n" + _INDEX + _ENTRY,
+    "fence in index": "## Progress Index\n```\n| A | a.md |\n```\n| B | b.md |\n" + _ENTRY,
+    "no index": HEADER.format(date="d") + _ENTRY * 2,
+    "crlf": (HEADER.format(date="d") + _INDEX + _ENTRY).replace("\n", "\r\n"),
+    "index at the end": _ENTRY + _INDEX,
+    "prose after table": "## Progress Index\n| A | a.md |\n\nnotes\n" + _ENTRY,
+}
+
+
+def _whole(text: str) -> Progress:
+    from orchestrator.memory.progress import _split
+
+    return Progress(_split(text), text)
+
+
+@pytest.mark.parametrize("text", list(PREFIX_CASES.values()), ids=list(PREFIX_CASES))
+def test_index_from_the_top_equals_the_whole_split(text: str) -> None:
+    fast, whole = Progress.parse(text), _whole(text)
+    assert (fast.has_index, fast.index_text, fast.index_rows) == (
+        whole.has_index,
+        whole.index_text,
+        whole.index_rows,
+    )
+    assert fast.render() == text and fast.entries == whole.entries
+
+
+@pytest.mark.parametrize("path", corpus_cases("progress.txt"))
+def test_index_from_the_top_equals_the_whole_split_on_the_corpus(path: Path) -> None:
+    log = fsutil.read_text(path)
+    head, _, rest = log.partition("\n## ")
+    for text in (log, f"{head}\n{_INDEX}## {rest}", _INDEX + log):
+        fast, whole = Progress.parse(text), _whole(text)
+        assert fast.index_text == whole.index_text
+        assert fast.entry_count == whole.entry_count
+
+
+@pytest.mark.parametrize(
+    "text", ["", "a", "a\n", "\n\n", "a\nb", "a\r\nb\x0c c\n\n", "x\u2028y\n", "## h\n```\n"]
+)
+def test_split_lines_cuts_after_each_newline_only(text: str) -> None:
+    import re
+
+    from orchestrator.memory.markdown import split_lines
+
+    assert split_lines(text) == re.findall(r"[^\n]*\n|[^\n]+\Z", text)
+    assert "".join(split_lines(text)) == text
+
+
+def test_fenced_lines_and_section_starts_on_a_long_log_with_fences() -> None:
+    from orchestrator.memory.markdown import SECTION_START, fenced_lines, section_starts
+
+    block = "## 2026-01-01 - US-1\n```md\n## not a section\n```\n~~~\n## inside\n~~~~\n"
+    lines = (block * 50 + "```\n## after an unclosed fence\n").splitlines(keepends=True)
+    fenced = fenced_lines(lines)
+    assert section_starts(lines) == [
+        i for i, line in enumerate(lines) if i not in fenced and SECTION_START.match(line)
+    ]
+    assert len(section_starts(lines)) == 51  # 50 entries + the heading after the stray ```

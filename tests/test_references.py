@@ -119,3 +119,55 @@ def test_missing_file_read_raises_file_not_found(tmp_path: Path) -> None:
         store.read("nope.md")
     assert store.files() == []
     assert not store.exists("nope.md")
+
+
+def _files_by_rglob(store: ReferenceStore) -> list[Path]:
+    """`files()` as it was written before the scandir walk: the behaviour to keep."""
+    if not store.dir.is_dir():
+        return []
+    folder = store.dir.resolve()
+    out = []
+    for p in sorted(store.dir.rglob("*.md")):
+        rel = p.relative_to(store.dir)
+        if rel.parts[0] == "archive" or not p.is_file():
+            continue
+        if folder in p.resolve().parents:
+            out.append(p)
+    return out
+
+
+def test_files_walk_equals_rglob_with_symlinks_archive_and_nesting(tmp_path: Path) -> None:
+    store = ReferenceStore(tmp_path)
+    d = store.dir
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.md").write_text("x")
+    for rel in (
+        "a.md",
+        "b.md",
+        "a.b/c.md",
+        "a/b.md",
+        "deep/x/y.md",
+        ".hidden.md",
+        ".md",
+        "archive/old.md",
+        "x/archive/kept.md",
+        "notes.txt",
+        "UPPER.MD",
+        "dir.md/in.md",
+    ):
+        (d / rel).parent.mkdir(parents=True, exist_ok=True)
+        (d / rel).write_text(rel)
+    os.symlink(d / "a.md", d / "link-in.md")
+    os.symlink(outside / "secret.md", d / "link-out.md")
+    os.symlink(d / "archive" / "old.md", d / "to-archive.md")
+    os.symlink(outside, d / "linked-dir")
+    os.symlink(d / "missing.md", d / "dangling.md")
+    os.symlink(d / "deep", d / "deep-link.md")
+    assert store.files() == _files_by_rglob(store)
+    assert [(store.index_path_of(p), p) for p in store.files()] == store.indexed_files()
+    assert "ralph/references/a.md" in {i for i, _ in store.indexed_files()}
+
+
+def test_files_of_a_missing_folder_is_empty(tmp_path: Path) -> None:
+    assert ReferenceStore(tmp_path).indexed_files() == []

@@ -67,3 +67,43 @@ def test_measure_runs_a_real_command_and_reports_cpu(tmp_path: Path) -> None:
         "exponents": {"history": {}, "references": {"status": {"all": None, "top two": None}}},
     }
     assert "`ralph status`" in scale.markdown(result)
+
+
+def test_one_loop_iteration_is_timed_against_a_baseline_checkout(tmp_path: Path) -> None:
+    root = scale.bench_project(tmp_path / "loop", 6, 4)
+    argv = ["run", "--tool", "bench", "1"]
+    row = scale.measure("run 1", argv, root, 1, 300.0, fresh=True, baseline=BENCH.parent)
+    assert row["exit"] in (0, 1), row  # 1: max iterations reached, stories left
+    assert row["cpu"] > 0 and row["baseline"]["cpu"] > 0
+    assert not (root / scale.AGENT_TIMES).exists()  # runs happen on copies
+    row.update(axis="iteration", size=4)
+    result = {
+        "when": "now",
+        "machine": "test",
+        "load": "0",
+        "repeats": 1,
+        "history_sizes": [],
+        "refs_sizes": [],
+        "history_refs": 0,
+        "refs_stories": 6,
+        "baseline": str(BENCH.parent),
+        "rows": [row],
+        "exponents": {"history": {}, "references": {}},
+    }
+    text = scale.markdown(result)
+    assert "| one iteration, 4 references (agent CPU excluded) | `ralph run 1` |" in text
+    assert " -> " in text
+
+
+def test_agent_cpu_is_read_from_the_shells_times(tmp_path: Path) -> None:
+    (tmp_path / scale.AGENT_TIMES).write_text("0m0.010s 0m0.020s\n0m1.500s 0m0.000s\n")
+    assert scale._agent_cpu(tmp_path) == pytest.approx(1.53)
+    assert scale._agent_cpu(tmp_path) == 0.0  # consumed
+
+
+def test_big_log_project_reaches_its_size(tmp_path: Path) -> None:
+    root = synth.big_log_project(tmp_path / "big", 0.3, n_refs=5, n_stories=20)
+    text = (root / "scripts/ralph/progress.txt").read_text()
+    assert len(text.encode()) >= 300_000
+    prog = Progress.parse(text)
+    assert len(prog.index_rows) == 5 and prog.entry_count > 20

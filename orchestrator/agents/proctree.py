@@ -32,9 +32,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
-import structlog
 
-log = structlog.get_logger()
+from orchestrator.log import get_logger
+
+log = get_logger()
 
 MARKER_PREFIX = "RALPH_TREE_"
 CGROUP_PROCS_ENV = "RALPH_CGROUP_PROCS"

@@ -31,16 +31,16 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Literal, TextIO
 
 import pexpect
-import structlog
 
 from orchestrator import fsutil, stopsignals
 from orchestrator.agents import proctree, stdin_exec
+from orchestrator.log import get_logger
 from orchestrator.redact import Redactor
 
 if TYPE_CHECKING:
     from orchestrator.agents.base import Agent, AgentResult
 
-log = structlog.get_logger()
+log = get_logger()
 
 PTY_COLUMNS = 500  # wide, so JSON lines are never wrapped by the terminal
 PTY_ROWS = 50

@@ -21,12 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import structlog
-
 from orchestrator import fsutil
 from orchestrator.errors import InputError
+from orchestrator.log import get_logger
 
-log = structlog.get_logger()
+log = get_logger()
 
 _Key = str | int
 _JsonPath = tuple[_Key, ...]

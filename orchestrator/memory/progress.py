@@ -19,9 +19,12 @@ from orchestrator import fsutil
 from orchestrator.memory import tables
 from orchestrator.memory.markdown import (
     SECTION_START,
+    Fences,
     data_rows,
     escape_cell,
     fenced_lines,
+    is_section_start,
+    section_starts,
     split_lines,
 )
 from orchestrator.memory.tables import INDEX_HEADING_LINE as INDEX_HEADING_LINE
@@ -68,7 +71,7 @@ class _Segment:
 def _split(text: str) -> list[_Segment]:
     lines = split_lines(text)
     fenced = fenced_lines(lines)
-    starts = [i for i, line in enumerate(lines) if i not in fenced and SECTION_START.match(line)]
+    starts = section_starts(lines, fenced)
     segments = [_Segment("header", "".join(lines[: starts[0] if starts else len(lines)]))]
     for n, start in enumerate(starts):
         end = starts[n + 1] if n + 1 < len(starts) else len(lines)
@@ -135,16 +138,59 @@ def _key(topic: str) -> str:
     return " ".join(topic.split()).lower()
 
 
+_LINE = re.compile(r"[^\n]*\n|[^\n]+\Z")
+
+
+def _index_prefix(text: str) -> tuple[bool, _Segment | None]:
+    """(decided, the index segment) from the top of `text` only, for a log whose index
+    precedes its entries (what `ralph migrate` writes): reading stops at the first entry
+    heading after the index. Undecided (then the whole log is split) when no entry follows
+    the index, when there is no index there, or when a heading line sits inside a code fence
+    not yet closed (an unclosed fence is no fence: only the rest of the file can tell)."""
+    lines: list[str] = []
+    fences = Fences()
+    index_at: int | None = None
+    index_end: int | None = None
+    for m in _LINE.finditer(text):
+        line = m.group(0)
+        i = len(lines)
+        lines.append(line)
+        if fences.feed(line):
+            continue
+        if not is_section_start(line):
+            continue
+        if fences.marker:
+            return False, None
+        kind = _kind(line)
+        if index_at is None:
+            if kind == "entry":
+                return False, None  # entries before the index: a hand-made log
+            if kind == "index":
+                index_at = i
+            continue
+        index_end = i if index_end is None else index_end
+        if kind == "entry":  # there are entries: no fallback split can move the index
+            return True, _cut_index(lines[index_at:index_end])[0]
+    return False, None
+
+
 class Progress:
-    def __init__(self, segments: list[_Segment], text: str | None = None) -> None:
-        self._segments = segments
+    def __init__(self, segments: list[_Segment] | None, text: str | None = None) -> None:
+        if segments is not None:
+            self.__dict__["_segments"] = segments
         # The segments join to the parsed text exactly: keep that one, not another copy of
         # a log that may be tens of MB.
-        self.text = text if text is not None else "".join(s.text for s in segments)
+        self.text = text if text is not None else "".join(s.text for s in segments or ())
 
     @classmethod
     def parse(cls, text: str) -> Progress:
-        return cls(_split(text), text)
+        """The log is cut into segments when a view first needs them; the index alone
+        (all `ralph prompt` reads of a long log) is read from the top of the file."""
+        return cls(None, text)
+
+    @functools.cached_property
+    def _segments(self) -> list[_Segment]:
+        return _split(self.text)
 
     @classmethod
     def load(cls, path: Path) -> Progress:
@@ -174,21 +220,39 @@ class Progress:
 
     @property
     def has_index(self) -> bool:
-        return self._first("index") is not None
+        return self._index is not None
 
     @property
     def index_text(self) -> str:
-        seg = self._first("index")
+        seg = self._index
         return seg.text if seg else ""
+
+    @functools.cached_property
+    def _index(self) -> _Segment | None:
+        if "_segments" not in self.__dict__:
+            decided, seg = _index_prefix(self.text)
+            if decided:
+                return seg
+        return self._first("index")
 
     @property
     def index_rows(self) -> list[IndexRow]:
-        return _parse_rows(self.index_text)
+        return [IndexRow(r.topic, r.path) for r in self._rows]  # copies: callers may edit
+
+    @functools.cached_property
+    def _rows(self) -> list[IndexRow]:
+        return _parse_rows(self.index_text)  # 10,000 rows: read once per Progress
 
     @property
     def entries(self) -> list[Entry]:
         """The log's entries in file order (a copy; reading them is cached)."""
         return list(self._entries)
+
+    @property
+    def entry_texts(self) -> list[str]:
+        """Each entry's text (`Entry.text`), without reading the entries: comparing two
+        versions of a long log needs no more (`entry_from` reads one)."""
+        return [s.text for s in self._segments if s.kind == "entry"]
 
     @property
     def entry_count(self) -> int:
@@ -379,6 +443,11 @@ def _insert_row(lines: list[str], row: str, nl: str) -> str:
     return "".join(lines[: last + 1]) + row + "".join(lines[last + 1 :])
 
 
+def entry_from(text: str) -> Entry:
+    """The Entry of one entry's text (one of `Progress.entry_texts`)."""
+    return _entry(text)
+
+
 def _entry(text: str) -> Entry:
     heading = split_lines(text)[0].rstrip("\r\n") if text else ""
     return Entry(
@@ -435,7 +504,8 @@ def extract_date(heading: str) -> str | None:
 
 def looks_like_entry(heading: str) -> bool:
     text = re.sub(r"^#+\s*", "", heading)
-    return bool(extract_story_ids(text) or _DATE.search(text) or _ENTRY_WORD.match(text))
+    # The date first: most entry headings have one, and it is the cheapest test.
+    return bool(_DATE.search(text) or extract_story_ids(text) or _ENTRY_WORD.match(text))
 
 
 def _body_story_ids(text: str) -> list[str]:

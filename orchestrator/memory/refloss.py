@@ -127,14 +127,18 @@ def distinctive_terms(text: str) -> set[str]:
 
 def assess(old: str, new: str) -> Loss | None:
     """A Loss when `new` wiped `old` rather than condensing it (module doc); else None."""
+    if new == old:
+        return None  # most references are untouched by an iteration
     before = content_lines(old)
     if len(before) < MIN_LINES:
         return None
     after = content_lines(new)
     lines_gone = len(after) < SHRINK * len(before)
     bytes_gone = len(new.encode()) < SHRINK * len(old.encode())
+    if not (lines_gone or bytes_gone):
+        return None  # before the terms: most references did not shrink at all
     terms = distinctive_terms(old)
-    if not (lines_gone or bytes_gone) or not terms:
+    if not terms:
         return None
     haystack = new.lower()
     kept = sum(1 for t in terms if t in haystack)

@@ -27,12 +27,11 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-import structlog
-
 from orchestrator import fsutil
 from orchestrator.errors import FatalError
+from orchestrator.log import get_logger
 
-log = structlog.get_logger()
+log = get_logger()
 
 # Ledger keys (all optional on an iteration record).
 OPENED = "opened_references"

@@ -27,11 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import structlog
-
 from orchestrator import fsutil, ledger, redact
 from orchestrator import tokens as tok
 from orchestrator.errors import InputError
+from orchestrator.log import get_logger
 from orchestrator.memory.prd import Prd, Story
 from orchestrator.memory.progress import Entry, Progress
 from orchestrator.memory.store import Memory, Reference
@@ -40,7 +39,7 @@ from orchestrator.reports import charts
 from orchestrator.run import prompt as pr
 from orchestrator.upkeep import migrate
 
-log = structlog.get_logger()
+log = get_logger()
 
 JSON_NAME = "savings.json"
 CHART_NAME = "savings-tokens.png"

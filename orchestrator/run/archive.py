@@ -23,12 +23,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import structlog
-
 from orchestrator import fsutil
+from orchestrator.log import get_logger
 from orchestrator.memory import progress
 
-log = structlog.get_logger()
+log = get_logger()
 
 
 def ralph_date() -> str:

@@ -13,6 +13,7 @@ from orchestrator.memory.findings import Severity
 from orchestrator.memory.markdown import malformed_rows, split_lines
 from orchestrator.memory.progress import Progress
 from orchestrator.memory.references import ReferenceStore
+from orchestrator.memory.store import FastStore
 from orchestrator.project import Project
 from orchestrator.run.check_state import (
     CheckReport,
@@ -27,8 +28,9 @@ def check_references(
     snap: Snapshot, project: Project, report: CheckReport, progress: Progress | None
 ) -> None:
     store = project.references
-    _repair_references(snap, project, report, reference_bytes(project))
-    after = reference_bytes(project)  # again: repairs put the old versions back
+    after = reference_bytes(project)
+    if _repair_references(snap, project, report, after):
+        after = reference_bytes(project)  # again: repairs put the old versions back
     changed = sorted(p for p, d in after.items() if snap.references.get(p) != d)
     report.updated_references = changed
     if progress is None:
@@ -49,8 +51,10 @@ def check_references(
 
 def _repair_references(
     snap: Snapshot, project: Project, report: CheckReport, after: dict[str, bytes]
-) -> None:
-    """Put back references the agent deleted or wiped (refloss.assess: not condensed)."""
+) -> bool:
+    """Put back references the agent deleted or wiped (refloss.assess: not condensed).
+    True when it tried to (the folder may have changed)."""
+    tried = False
     for index_path, data in snap.references.items():
         now = after.get(index_path)
         if now is None:
@@ -78,7 +82,9 @@ def _repair_references(
         except PathEscapeError as exc:  # the folder itself was swapped for a symlink out
             report.add("reference_unrestorable", "error", str(exc), "", index_path)
             continue
+        tried = True
         restore(project, report, target, data)
+    return tried
 
 
 def _restore_rows(
@@ -87,10 +93,16 @@ def _restore_rows(
     """Put back index rows the agent removed while their reference still exists: a row is
     how the next prompt finds the reference, so losing it loses the memory."""
     store = project.references
-    kept = {_resolved(store, r.path) for r in progress.index_rows} - {None}
+    rows = progress.index_rows
+    # A row still there, topic and path alike, was not lost: only the others are resolved
+    # (10,000 rows took 20,000 path resolutions per iteration).
+    gone = old_rows - {(r.topic, r.path) for r in rows}
+    if not gone:
+        return progress
+    kept = {_resolved(store, r.path) for r in rows} - {None}
     repaired = progress
     lost = []
-    for topic, path in sorted(old_rows):
+    for topic, path in sorted(gone):
         target = _resolved(store, path)
         if target is None or target in kept or not target.is_file():
             continue
@@ -129,6 +141,7 @@ def _check_rows(
     _check_table_syntax(progress, report)
     indexed: set[Path] = set()
     seen: set[str] = set()
+    fast = FastStore(store)  # store.resolve's answers, the folder listed once
     for row in progress.index_rows:
         # Rows the agent added or changed are its errors; older ones are only reminders.
         severity: Severity = "warning" if (row.topic, row.path) in old_rows else "error"
@@ -142,7 +155,7 @@ def _check_rows(
             )
         seen.add(row.topic.lower())
         try:
-            target = store.resolve(row.path)
+            target = fast.resolve(row.path)
         except PathEscapeError as exc:
             report.add(
                 "index_path_escapes",

@@ -10,17 +10,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import structlog
-
 from orchestrator import fsutil, git, redact
 from orchestrator.errors import InputError
+from orchestrator.log import get_logger
 from orchestrator.memory.findings import Finding, Severity
 from orchestrator.memory.prd import Prd
 from orchestrator.memory.progress import Progress
 from orchestrator.memory.store import Memory
 from orchestrator.project import Project, ensure_logs_dir
 
-log = structlog.get_logger()
+log = get_logger()
 
 
 @dataclass(frozen=True)
@@ -154,7 +153,7 @@ def read_or_none(path: Path) -> str | None:
 
 def reference_bytes(project: Project) -> dict[str, bytes]:
     store = project.references
-    return {store.index_path_of(p): p.read_bytes() for p in store.files()}
+    return {index_path: p.read_bytes() for index_path, p in store.indexed_files()}
 
 
 def snapshot(project: Project, prd: Prd | None = None, memory: Memory | None = None) -> Snapshot:

@@ -23,13 +23,12 @@ the repair) and the report says `restored: true`. Every write is atomic.
 
 from __future__ import annotations
 
-import structlog
-
 from orchestrator import git
+from orchestrator.log import get_logger
 from orchestrator.memory.findings import Finding, Severity
 from orchestrator.memory.history import merge_history
 from orchestrator.memory.prd import Prd, Story
-from orchestrator.memory.progress import Progress
+from orchestrator.memory.progress import Progress, entry_from
 from orchestrator.project import Project
 from orchestrator.run.check_refs import check_references
 from orchestrator.run.check_state import (
@@ -45,7 +44,7 @@ from orchestrator.run.check_state import (
 
 __all__ = ["CheckReport", "Finding", "Snapshot", "merge_history", "snapshot", "verify"]
 
-log = structlog.get_logger()
+log = get_logger()
 
 
 # --------------------------------------------------------------------------- prd.json
@@ -181,8 +180,9 @@ def _check_progress(snap: Snapshot, project: Project, report: CheckReport) -> Pr
 
 def _check_entry(snap: Snapshot, progress: Progress, report: CheckReport, shown: str) -> None:
     # rstrip: appending after an entry moves the blank line between them into the old one.
-    old = {e.text.rstrip() for e in snap.progress.entries}
-    new = [e for e in progress.entries if e.text.rstrip() not in old]
+    # Texts first: only the new entries are read (reading 3,000 took seconds per iteration).
+    old = {t.rstrip() for t in snap.progress.entry_texts}
+    new = [entry_from(t) for t in progress.entry_texts if t.rstrip() not in old]
     report.new_entries = len(new)
     sid = report.story_id.lower()
     mine = [e for e in new if sid in e.heading.lower() or sid in (i.lower() for i in e.story_ids)]

@@ -19,13 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import structlog
-
 from orchestrator import fsutil, git, redact
 from orchestrator.agents import limits, runner
 from orchestrator.agents.base import Agent, AgentResult
 from orchestrator.errors import InputError
 from orchestrator.ledger import IterationRecord
+from orchestrator.log import get_logger
 from orchestrator.memory import usage
 from orchestrator.memory.prd import Prd, Story
 from orchestrator.memory.store import Memory
@@ -34,7 +33,7 @@ from orchestrator.run import checks, prompt
 from orchestrator.run.check_state import PrdState
 from orchestrator.run.display import Display
 
-log = structlog.get_logger()
+log = get_logger()
 SENTINEL = "<promise>COMPLETE</promise>"
 
 

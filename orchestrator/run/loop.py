@@ -22,8 +22,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import structlog
-
 from orchestrator import ledger, lock, stopsignals
 from orchestrator import log as runlog
 from orchestrator.agents import get_agent, runner
@@ -37,6 +35,7 @@ from orchestrator.errors import (
     Stuck,
 )
 from orchestrator.ledger import IterationRecord
+from orchestrator.log import get_logger
 from orchestrator.memory.prd import Prd, Story
 from orchestrator.project import Project, ensure_logs_dir
 from orchestrator.run import archive, notify
@@ -45,7 +44,7 @@ from orchestrator.run.checks import CheckReport
 from orchestrator.run.display import Display, summary_line
 from orchestrator.run.iteration import SENTINEL, Attempt, Context, Iteration
 
-log = structlog.get_logger()
+log = get_logger()
 RETRY_DELAY_CAP = 3600.0  # the longest backoff between two retries of a failing agent
 
 

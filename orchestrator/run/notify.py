@@ -19,15 +19,14 @@ import subprocess
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import structlog
-
 from orchestrator.config import NotifyConfig
+from orchestrator.log import get_logger
 from orchestrator.project import Project
 from orchestrator.redact import Redactor
 from orchestrator.run.display import duration, money
 from orchestrator.tokens import fmt
 
-log = structlog.get_logger()
+log = get_logger()
 
 # How a run's end (run_end status) is announced.
 _END_EVENT = {"stuck": "stuck", "budgetexhausted": "budget_exhausted"}

@@ -27,11 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import structlog
-
 from orchestrator import git, ledger
 from orchestrator import tokens as tok
 from orchestrator.errors import EXIT_BUDGET, FatalError, InputError
+from orchestrator.log import get_logger
 from orchestrator.memory import usage
 from orchestrator.memory.prd import Prd
 from orchestrator.memory.store import Memory
@@ -47,7 +46,7 @@ from orchestrator.run.templates import (
 if TYPE_CHECKING:
     from orchestrator.run import select as sel
 
-log = structlog.get_logger()
+log = get_logger()
 
 MODES = ("auto", "indexed", "full")
 # References may fill at most this share of budget.prompt_tokens: with the relevance cut-off,

@@ -18,18 +18,17 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import structlog
-
 from orchestrator import fsutil, ledger, tokens
 from orchestrator.agents import runner
 from orchestrator.agents.base import get_agent
+from orchestrator.log import get_logger
 from orchestrator.memory import areas, refloss, usage
 from orchestrator.memory.journal import Transaction
 from orchestrator.memory.progress import Progress
 from orchestrator.project import Project, ensure_logs_dir
 from orchestrator.upkeep import audit
 
-log = structlog.get_logger()
+log = get_logger()
 
 LOG_ARCHIVE = "progress-log.md"
 OTHER_AREA = "Other topics"

@@ -16,10 +16,9 @@ from datetime import date
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import structlog
-
 from orchestrator import fsutil, tokens
 from orchestrator.errors import InputError
+from orchestrator.log import get_logger
 from orchestrator.memory import areas as area_refs
 from orchestrator.memory.entries import (
     DATE,
@@ -60,7 +59,7 @@ from orchestrator.upkeep.topics import (
 if TYPE_CHECKING:
     from orchestrator.memory.prd import Prd
 
-log = structlog.get_logger()
+log = get_logger()
 
 DEFAULT_MAX_TOKENS = 800  # config.references.max_tokens default
 
