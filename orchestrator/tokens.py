@@ -140,6 +140,10 @@ class _DiskCache:
     def save(self) -> None:
         if not self.dirty:
             return
+        # Only into a log folder a run made (it holds a .gitignore): `ralph status`, `prompt`
+        # and `check` on a project that never ran must leave nothing for git to see.
+        if not self.path.parent.is_dir():
+            return
         keep = {k: self.counts[k] for k in self.counts if k in self.used}
         for k in reversed(list(self.counts)):
             if len(keep) >= _DISK_KEEP + len(self.used):

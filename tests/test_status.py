@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 from run_helpers import make_project, ralph
@@ -91,6 +92,34 @@ def test_cli_prints_and_changes_nothing(tmp_path: Path) -> None:
     assert {p: b for p, b in after.items() if p not in cache} == before
     js = json.loads(ralph(root, "status", "--json").stdout)
     assert js["stories"]["pending"] == ["US-002", "US-003"]
+
+
+def test_a_project_that_never_ran_stays_clean_for_git(tmp_path: Path) -> None:
+    """status, prompt and check read; on a project with no log folder yet they make none
+    (a bare `ralph/logs/token-counts.json` would be caught by the user's `git add -A`)."""
+    root = make_project(tmp_path / "p", 2)
+    rd = root / "ralph"
+    (rd / "references").mkdir(parents=True)
+    (root / "scripts" / "ralph" / "prd.json").rename(rd / "prd.json")
+    (root / ".gitignore").unlink()  # the user's project does not ignore ralph/logs/
+    (rd / "references" / "auth.md").write_text("# Auth\n\n- [US-001] tokens: auth.ts\n")
+    (rd / "progress.txt").write_text(
+        "# Ralph Progress Log\n\n## Progress Index\n| Topic | Reference Path |\n|---|---|\n"
+        "| Auth | ralph/references/auth.md |\n\n## 2026-01-01 - US-001\n- done\n"
+    )
+    subprocess.run(["git", "add", "-A"], cwd=root, check=True)
+    subprocess.run(["git", "commit", "-qm", "memory"], cwd=root, check=True)  # never ran
+    for cmd in ("status", "prompt", "check"):
+        out = ralph(root, cmd, "--dir", "ralph")
+        assert out.returncode in (0, 1), out.stderr
+        porcelain = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=all"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        assert porcelain == "", (cmd, porcelain)
 
 
 def test_missing_prd_is_an_input_error(tmp_path: Path) -> None:

@@ -114,6 +114,9 @@ def test_disk_cache_counts_an_unchanged_text_once_across_processes(tmp_path: Pat
 
     first = run()
     assert first == {"n": tokens.count(text), "loaded": True}
+    assert not logs.exists()  # no log folder yet (never ran): nothing written, none made
+    logs.mkdir()
+    assert run() == {"n": first["n"], "loaded": True}
     assert (logs / tokens.DISK_CACHE_FILE).is_file()
     assert run() == {"n": first["n"], "loaded": False}
     (logs / tokens.DISK_CACHE_FILE).write_text("{not json")  # damaged: recounted, not fatal
