@@ -398,3 +398,20 @@ def test_repository_tree_lets_a_story_name_a_new_file_in_a_known_folder() -> Non
     assert where.scores(query, files, prior).tolist() == [0.0, 0.0]
     got = where.scores(query, files, prior, tree=["src/components/DueDatePicker.tsx"])
     assert got[0] == 1.0 and got[1] == 0.0
+
+
+def test_migrate_header_and_footer_are_never_items() -> None:
+    """`Areas:`/`Files:` under the title and the `## Files by story` footer say where the
+    learnings apply; inlined alone they would cost tokens and hold no learning."""
+    text = (
+        "# Api\n\nAreas: `src/api/`\nFiles: src/api/a.ts, src/api/b.ts\n\n"
+        "- [US-001] validate bodies with zod\n- [US-002] retry 3 times\n\n"
+        "## Files by story\n- US-001: src/api/a.ts\n"
+    )
+    items = [body for _heading, body in rank.split_items(text)]
+    assert items == ["- [US-001] validate bodies with zod\n", "- [US-002] retry 3 times\n"]
+    # A paragraph that merely starts so, in a section, is still an item.
+    later = text.replace(
+        "## Files by story", "## Storage\n\nFiles: are kept in S3\n\n## Files by story"
+    )
+    assert "Files: are kept in S3\n" in [b for _h, b in rank.split_items(later)]

@@ -82,6 +82,10 @@ def tokenize(text: str) -> tuple[str, ...]:
     return tuple(out)
 
 
+# The lines `ralph migrate` writes under a reference's title (upkeep/topics.reference_header).
+_META_LINES = ("Areas: ", "Files: ")
+
+
 @functools.cache
 def split_items(text: str) -> tuple[tuple[str, str], ...]:
     """(heading line, item text) for each item of a markdown reference, in file order.
@@ -102,6 +106,8 @@ def split_items(text: str) -> tuple[tuple[str, str], ...]:
             continue
         if heading.strip() == FILES_BY_STORY:
             continue  # where the learnings apply (migrate's footer): read by where.py
+        if not heading and current is None and line.startswith(_META_LINES):
+            continue  # migrate's "Areas: ..." / "Files: ..." lines under the title: no learning
         if not line.strip():
             if current is not None and not _BULLET.match(current[0]):
                 current = None  # a blank line ends a paragraph (a bullet list may go on)

@@ -246,12 +246,7 @@ def _files_of(t: _Text, history: str, sources: Sequence[Source]) -> list[tuple[s
             if found:
                 notes.setdefault(t.names[int(t.item_g[first + pos])], []).extend(found)
     ids = {n: rank.tag_ids(n) for n in t.names}
-    for name in t.names:
-        if name not in notes:
-            from_footer = [f for sid in ids[name] for f in footers.get(sid, ())]
-            if from_footer:
-                notes[name] = from_footer
-    return where.group_files(t.names, notes, history, ids)
+    return where.group_files(t.names, notes, history, ids, footers)
 
 
 def _offsets(index: Sequence[rank.RefIndex]) -> np.ndarray:

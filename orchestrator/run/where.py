@@ -87,8 +87,11 @@ def group_files(
     notes: Mapping[str, Iterable[str]],
     history: str,
     tag_ids: Mapping[str, tuple[str, ...]],
+    footers: Mapping[str, Sequence[str]] | None = None,
 ) -> list[tuple[str, ...]]:
-    """Files of each group: its items' `files:` notes, else its stories' log entries."""
+    """Files of each group: its items' `files:` notes, else its stories' log entries and
+    their lines in the references' "## Files by story" footers (both: a footer keeps one
+    path per story, the log may hold them all)."""
     by_story = entry_files(history) if history else {}
     out: list[tuple[str, ...]] = []
     for name in names:
@@ -96,6 +99,7 @@ def group_files(
         if not files:
             for sid in tag_ids.get(name, ()):
                 files.extend(by_story.get(sid, ()))
+                files.extend((footers or {}).get(sid, ()))
         out.append(tuple(dict.fromkeys(files)))
     return out
 
