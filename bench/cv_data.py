@@ -50,13 +50,17 @@ class Case:
 
 
 def _migrate_hash() -> str:
-    src = (cb.ROOT / "orchestrator" / "upkeep" / "migrate.py").read_bytes()
-    return hashlib.sha256(src).hexdigest()[:16]
+    """The source of everything `migrate.build_memory` runs: upkeep/ and memory/."""
+    h = hashlib.sha256()
+    for wing in ("upkeep", "memory"):
+        for path in sorted((cb.ROOT / "orchestrator" / wing).glob("*.py")):
+            h.update(path.name.encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()[:16]
 
 
 def _cache_path(log_text: str, prd_path: Path) -> Path:
     """Where the memory built from this log is kept: keyed by the hash of the log, prd.json
-    and migrate.py's source (a changed migrate rebuilds)."""
+    and the source migrate runs (a changed migrate rebuilds)."""
     h = hashlib.sha256(_migrate_hash().encode())
     h.update(log_text.encode("utf-8", "surrogateescape"))
     h.update(prd_path.read_bytes() if prd_path.exists() else b"")

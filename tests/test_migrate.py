@@ -438,3 +438,36 @@ def test_real_ralph_migrate_names_topics_and_records_files(tmp_path: Path) -> No
     assert "## Files by story\n- US-001: src/app/main.ts\n" in refs
     chk = subprocess.run([*ralph, "check"], cwd=root, capture_output=True, text=True)
     assert chk.returncode == 0 and "ralph check: OK" in chk.stdout, chk.stdout
+
+
+def test_files_changed_read_as_the_model_reads_them() -> None:
+    """A label with a list under it and a "### Files Changed" heading name files too."""
+    assert entries.files_changed(["**Files changed:**", "- backend/a/B.java", "- src/x.ts"]) == [
+        "backend/a/B.java",
+        "src/x.ts",
+    ]
+    assert entries.files_changed(["### Files Changed", "- src/lib/a.ts"]) == ["src/lib/a.ts"]
+    assert entries.files_changed(["- **Files changed:** src/a.ts, src/b.ts"]) == [
+        "src/a.ts",
+        "src/b.ts",
+    ]
+
+
+def test_a_files_list_and_colour_codes_are_not_learnings() -> None:
+    body = [
+        "Did the thing.",
+        "**Files:**",
+        "- src/lib/profileGames.ts",
+        "- `src/a.tsx` (new)",
+        "",
+        "- Always validate bodies with \x1b[1mzod\x1b[0m",
+        "- \x1b[32mtests/Api/SyncTest.php\x1b[0m must run with --seed",
+    ]
+    lines, explicit = entries.learning_lines(body)
+    assert not explicit
+    assert lines == [
+        "Did the thing.",
+        "- Always validate bodies with zod",
+        "- tests/Api/SyncTest.php must run with --seed",
+    ]
+    assert entries.paths_in(body[-1]) == ["tests/Api/SyncTest.php"]

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from orchestrator import tokens
 from orchestrator.memory.markdown import section_starts
-from orchestrator.memory.progress import INDEX_HEADING
+from orchestrator.memory.progress import INDEX_HEADING, extract_files
 
 HISTORY_HEADING = "## Migrated History"
 
@@ -265,10 +265,14 @@ def story_ids(heading: str, body: list[str], known: dict[str, int]) -> list[str]
     return []
 
 
+# Terminal colour codes in pasted test output (`\x1b[32m`): not text a learning or a path has.
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
 def paths_in(text: str) -> list[str]:
     """File paths a text mentions (normalised, in order, no duplicates)."""
     out: list[str] = []
-    for raw in _PATH.findall(text):
+    for raw in _PATH.findall(ANSI.sub("", text)):
         p = raw.strip("`'\"()[],;").removeprefix("./").lstrip("/")
         p = re.sub(r":\d+(?::\d+)?$", "", p)
         if not p or p.startswith(("http", "www.", "@", "..")) or "//" in p or "/../" in p:
@@ -284,22 +288,9 @@ def paths_in(text: str) -> list[str]:
 
 
 def files_changed(body: list[str]) -> list[str]:
-    files: list[str] = []
-    for i, ln in enumerate(body):
-        m = FILES_LINE.match(ln)
-        if not m:
-            continue
-        chunk = [m.group(1)]
-        indent = len(ln) - len(ln.lstrip())
-        for nxt in body[i + 1 :]:
-            if not nxt.strip() or len(nxt) - len(nxt.lstrip()) <= indent:
-                break
-            chunk.append(nxt)
-        for token in re.split(r"[,\s]+", " ".join(chunk)):
-            for p in paths_in(token) or ([token.strip("`*")] if "/" in token else []):
-                if p and p not in files:
-                    files.append(p)
-    return files
+    """The paths an entry's "Files changed" (or "Files:", "### Files Changed", a label with a
+    list under it) names: the one reading progress.txt's model uses."""
+    return extract_files("\n".join(body))
 
 
 def classify(heading: str, body: list[str], known: dict[str, int], seen_story: bool) -> Block:
@@ -396,7 +387,9 @@ def _marked_block(body: list[str], i: int) -> tuple[list[str], int]:
 
 
 def learning_lines(body: list[str]) -> tuple[list[str], bool]:
-    """The lines under learnings markers (explicit=True), else the whole body minus metadata."""
+    """The lines under learnings markers (explicit=True), else the whole body minus metadata.
+    Terminal colour codes are dropped (the archive keeps the log as it was)."""
+    body = [ANSI.sub("", ln) for ln in body]
     picked: list[str] = []
     i = 0
     while i < len(body):
@@ -415,8 +408,33 @@ def learning_lines(body: list[str]) -> tuple[list[str], bool]:
         return picked, True
     # Session banners ("# Ralph Session ...") and metadata are structure, not knowledge.
     return [
-        ln for ln in body if not (META.match(ln) or FILES_LINE.match(ln) or ln.startswith("# "))
+        ln
+        for ln in _without_file_lists(body)
+        if not (META.match(ln) or FILES_LINE.match(ln) or ln.startswith("# "))
     ], False
+
+
+_LIST_ITEM = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+`?([^\s`]+)")
+
+
+def _without_file_lists(body: list[str]) -> list[str]:
+    """The body without the list under a bare "Files changed:"/"**Files:**" label: its
+    lines name paths (`- src/a.ts (new)`), they are not learnings."""
+    out: list[str] = []
+    in_list = False
+    for ln in body:
+        label = FILES_LINE.match(ln)
+        if label:
+            in_list = not label.group(1).strip(" *`")
+        elif in_list and ln.strip():
+            item = _LIST_ITEM.match(ln)
+            if item and paths_in(item.group(1)):
+                continue
+            in_list = False
+        elif in_list:
+            continue  # a blank line between the label and its list
+        out.append(ln)
+    return out
 
 
 def split_big(group: list[str], limit: int) -> list[list[str]]:
