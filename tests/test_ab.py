@@ -157,6 +157,25 @@ def _running_under(folder: Path) -> list[str]:
     return found
 
 
+def test_ab_without_prd_json_fails_first_and_copies_nothing(tmp_path: Path) -> None:
+    project = examples.copy_example("recipe-box", tmp_path / "proj")
+    prd = next(project.rglob("prd.json"))
+    prd.unlink()
+    before = _tree_digest(project)
+    out = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "ab", "--tool", "sim", "--out", str(tmp_path / "o")],
+        cwd=project,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "prd.json" in out.stderr and "Traceback" not in out.stderr
+    assert not (tmp_path / "o").exists()
+    assert _tree_digest(project) == before
+
+
 def test_report_command_reproduces_the_ab_report(tmp_path: Path) -> None:
     project = examples.copy_example("recipe-box", tmp_path / "proj")
     out = tmp_path / "out"

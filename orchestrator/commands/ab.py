@@ -9,6 +9,7 @@ from pathlib import Path
 from orchestrator import stopsignals
 from orchestrator.commands.common import add_common
 from orchestrator.errors import UsageError
+from orchestrator.memory.prd import Prd
 from orchestrator.project import ensure_logs_dir, locate
 from orchestrator.reports import ab, charts
 
@@ -49,7 +50,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--budget-usd", type=float, metavar="X", help="per arm: stop at $X")
     p.add_argument("--budget-tokens", type=int, metavar="N", help="per arm: stop at N tokens")
     p.add_argument("--keep", action="store_true", help="keep the arms' project copies")
-    p.add_argument("max_iterations", nargs="?", type=int, help="per arm (default 10)")
+    p.add_argument(
+        "max_iterations",
+        nargs="?",
+        type=int,
+        help="agent calls per arm (default: ralph.yaml's max_iterations)",
+    )
     p.set_defaults(func=run)
 
 
@@ -66,6 +72,7 @@ def _positive(text: str) -> int:
 def run(args: argparse.Namespace) -> int:
     charts.require("ab")
     project = locate(Path.cwd(), args.ralph_dir)
+    Prd.load(project.prd_path)  # no arm can run without it: say so before copying anything
     logs_rel = os.path.relpath(project.logs_dir, project.root)
     if args.resume and args.out and args.out.resolve() != args.resume.resolve():
         raise UsageError("--resume DIR already names the output folder: drop --out")
