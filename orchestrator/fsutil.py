@@ -15,6 +15,8 @@ import shutil
 import stat
 import tempfile
 import unicodedata
+from importlib import resources
+from importlib.abc import Traversable
 from pathlib import Path, PurePosixPath
 
 from orchestrator.errors import FileError
@@ -226,3 +228,19 @@ def read_bytes(path: Path | str) -> bytes:
 def read_text(path: Path | str) -> str:
     """Read UTF-8 text exactly (no newline translation), so render(parse(x)) can equal x."""
     return read_bytes(path).decode("utf-8", errors="surrogateescape")
+
+
+def shipped(package: str, source_folder: str) -> Traversable:
+    """Data shipped with the package (`orchestrator.templates`, `orchestrator.bundled_examples`:
+    pyproject maps the repository's `templates/` and `examples/` to them). Run from a
+    source checkout, where `orchestrator/` shadows the installed package and those data
+    packages do not exist, the repository's own folder."""
+    try:
+        return resources.files(package)
+    except ModuleNotFoundError:
+        return Path(__file__).resolve().parent.parent / source_folder
+
+
+def shipped_templates() -> Traversable:
+    """The prompt and scaffold templates shipped with the package (templates/)."""
+    return shipped("orchestrator.templates", "templates")

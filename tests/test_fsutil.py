@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from orchestrator import fsutil
 from orchestrator.fsutil import (
     atomic_write_bytes,
     atomic_write_text,
@@ -133,3 +136,29 @@ def test_a_failed_write_names_the_file_and_the_fix(tmp_path: Path) -> None:
     with pytest.raises(FileError, match=r"ledger\.jsonl: cannot write it: .*Fix: ") as info:
         atomic_write_text(target, "x\n")
     assert info.value.filename == str(target)
+
+
+def test_shipped_data_falls_back_to_the_source_checkout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """From a clone's root `orchestrator/` shadows the installed package, which is the only
+    place `orchestrator.bundled_examples` exists: the repository's folder serves instead."""
+
+    def missing(package: str) -> None:
+        raise ModuleNotFoundError(package)
+
+    monkeypatch.setattr(fsutil.resources, "files", missing)
+    examples = fsutil.shipped("orchestrator.bundled_examples", "examples")
+    assert (Path(str(examples)) / "recipe-box" / "ralph.yaml").is_file()
+    assert fsutil.shipped_templates().joinpath("prompt.md").read_text(encoding="utf-8")
+
+
+def test_examples_module_runs_from_the_clone_root(tmp_path: Path) -> None:
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run(
+        [sys.executable, "-m", "orchestrator.sim.examples", "recipe-box", str(tmp_path / "rb")],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "rb" / "ralph.yaml").is_file()

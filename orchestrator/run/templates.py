@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 
 from orchestrator import fsutil
@@ -59,7 +58,7 @@ def render_template(template: Template, values: dict[str, str]) -> str:
 
 
 def builtin_template(name: str) -> Template:
-    text = resources.files("orchestrator.templates").joinpath(name).read_text(encoding="utf-8")
+    text = fsutil.shipped_templates().joinpath(name).read_text(encoding="utf-8")
     return Template(f"built-in templates/{name}", text)
 
 

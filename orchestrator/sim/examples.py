@@ -14,10 +14,9 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-from importlib import resources
 from pathlib import Path
 
-from orchestrator import git
+from orchestrator import fsutil, git
 from orchestrator.errors import InputError, UsageError
 
 _IDENTITY = git.Identity("Ralph Example", "ralph-example@localhost")
@@ -30,7 +29,7 @@ def examples_dir() -> Path:
     override = os.environ.get("RALPH_EXAMPLES_DIR")
     if override:
         return Path(override)
-    return Path(str(resources.files("orchestrator.bundled_examples")))
+    return Path(str(fsutil.shipped("orchestrator.bundled_examples", "examples")))
 
 
 def names() -> list[str]:

@@ -13,7 +13,6 @@ import json
 import re
 import shutil
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Literal
 
@@ -49,13 +48,13 @@ class InitResult:
 
 def template_text(name: str) -> str:
     """A file shipped in templates/ (the `orchestrator.templates` data package)."""
-    return resources.files("orchestrator.templates").joinpath(name).read_text(encoding="utf-8")
+    return fsutil.shipped_templates().joinpath(name).read_text(encoding="utf-8")
 
 
 def example_prds() -> list[str]:
     """Names of the built-in example PRDs (`templates/prd.<name>.json`)."""
     names = []
-    for entry in resources.files("orchestrator.templates").iterdir():
+    for entry in fsutil.shipped_templates().iterdir():
         m = re.fullmatch(r"prd\.(.+)\.json", entry.name)
         if m:
             names.append(m.group(1))
