@@ -327,7 +327,8 @@ def test_summary_status_line_and_old_records() -> None:
     line = use_line({**s, "missed_topics": ["Auth", "b"]})
     assert line == (
         "references used: opened 3 · missed: 3 (Auth, b) · untouched 1 · "
-        "progress.txt read in full 2x (from 2 agent stream(s))"
+        "progress.txt read in full 2x "
+        "(times, over 2 iteration(s) whose agent stream shows its reads)"
     )
 
 

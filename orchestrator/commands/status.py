@@ -162,9 +162,10 @@ def use_line(use: dict[str, Any]) -> str:
     inlined) by topic, untouched inlined references, whole reads of progress.txt."""
     topics = use.get("missed_topics") or []
     shown = ", ".join(topics[:4]) + (", …" if len(topics) > 4 else "")
+    # Counts are per iteration: a reference missed in two iterations counts twice.
     line = f"references used: opened {use['opened']} · missed: {use['missed']}"
     line += f" ({shown})" if shown else ""
     line += f" · untouched {use['untouched']}"
     if use.get("progress_reads"):
         line += f" · progress.txt read in full {use['progress_reads']}x"
-    return line + f" (from {use['known']} agent stream(s))"
+    return line + f" (times, over {use['known']} iteration(s) whose agent stream shows its reads)"
