@@ -127,7 +127,7 @@ def _call(args: argparse.Namespace) -> int:
         return _broken_pipe()
     except OSError as exc:  # last resort: a file error that no helper turned into an InputError
         from orchestrator import log  # lazy: the error path only
-        from orchestrator.fsutil import file_error
+        from orchestrator.fsutil import file_error  # lazy: keeps `ralph --version` light
 
         # Which write failed is in the traceback: keep it for whoever fixes the gap.
         saved = log.record_crash(exc)

@@ -19,14 +19,12 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from orchestrator import fsutil, git
 from orchestrator.config import CONFIG_FILE, Config, load_config
 from orchestrator.errors import InputError
-
-if TYPE_CHECKING:  # references.py is helper A's; imported lazily in locate()
-    from orchestrator.memory.references import ReferenceStore
+from orchestrator.memory.references import ReferenceStore
 
 LEGACY_DIR = Path("scripts") / "ralph"
 
@@ -213,8 +211,6 @@ def locate(
     Nothing is created or required to exist except a readable ralph.yaml when there is one:
     commands that need prd.json report its absence with its full path.
     """
-    from orchestrator.memory.references import ReferenceStore  # lazy: helper A's module
-
     cwd = Path(cwd).resolve()
     top = git.toplevel(cwd)
     root = top or cwd

@@ -64,7 +64,7 @@ def test_escaping_row_raises_naming_progress_and_row(tmp_path: Path) -> None:
 
 
 def test_with_real_project_in_git_repo(tmp_path: Path) -> None:
-    """Through project.locate (helper B's module) in a real git repo."""
+    """Through project.locate in a real git repo."""
     project_mod = pytest.importorskip("orchestrator.project")
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
     (tmp_path / "progress.txt").write_text(indexed([("API errors", "api-errors.md")]))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from orchestrator import project
 from orchestrator.commands.common import add_common
 from orchestrator.errors import UsageError
 
@@ -29,8 +30,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from orchestrator import project
-
     try:
         from orchestrator.reports import serve
     except ImportError as exc:

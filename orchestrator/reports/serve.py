@@ -32,6 +32,7 @@ from starlette.responses import FileResponse, HTMLResponse, Response
 from starlette.routing import Route
 
 from orchestrator import ledger
+from orchestrator.errors import UsageError
 from orchestrator.project import Project
 from orchestrator.run import status, watch
 from orchestrator.run.display import iteration_cells, money
@@ -409,8 +410,6 @@ def serve(project: Project, host: str = "127.0.0.1", port: int = 8765) -> int:
         # Listening now (not when uvicorn starts) so the URL works as soon as it is printed.
         sock.listen(128)
     except OSError as exc:
-        from orchestrator.errors import UsageError
-
         sock.close()
         raise UsageError(
             f"cannot listen on {host}:{port} ({exc.strerror}); try another --port"

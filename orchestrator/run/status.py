@@ -14,15 +14,15 @@ from typing import Any
 from orchestrator import fsutil, ledger, tokens
 from orchestrator.errors import PathEscapeError
 from orchestrator.memory import areas, usage
+from orchestrator.memory.prd import Prd
+from orchestrator.memory.progress import Progress
 from orchestrator.memory.store import FastStore
 from orchestrator.project import Project
+from orchestrator.run import watch
 from orchestrator.upkeep import audit
 
 
 def collect(project: Project) -> dict[str, Any]:
-    from orchestrator.memory.prd import Prd
-    from orchestrator.memory.progress import Progress
-
     prd = Prd.load(Path(project.prd_path))
     nxt = prd.next_story()
     enc = project.config.encoding
@@ -124,8 +124,6 @@ def last_run(
 
 def live_run(project: Project) -> dict[str, Any] | None:
     """The run going on now (pid, story, iteration, since), or None when none is live."""
-    from orchestrator.run import watch
-
     records = ledger.read(Path(project.ledger_path))
     run_id = watch.live_run_id(project, records)
     if run_id is None:

@@ -24,6 +24,9 @@ from rich.table import Table
 from rich.text import Text
 
 from orchestrator import ledger, lock
+from orchestrator.agents import get_agent
+from orchestrator.errors import FatalError, InputError
+from orchestrator.memory.prd import Prd
 from orchestrator.project import Project
 from orchestrator.run.display import duration, money, relative
 from orchestrator.tokens import fmt
@@ -166,9 +169,6 @@ def build(project: Project, records: list[dict[str, Any]], run_id: str, live: bo
 
 
 def _stories(project: Project) -> tuple[int, int] | None:
-    from orchestrator.errors import InputError
-    from orchestrator.memory.prd import Prd
-
     try:
         prd = Prd.load(Path(project.prd_path))
     except InputError:
@@ -222,9 +222,6 @@ class TranscriptTail:
 
 def display_filter(project: Project, agent_name: str | None) -> Callable[[str], str | None]:
     """The agent adapter's display(line), or plain stripped lines if it cannot be built."""
-    from orchestrator.agents import get_agent
-    from orchestrator.errors import FatalError
-
     show: Callable[[str], str | None] = lambda line: line.strip() or None  # noqa: E731
     if agent_name:
         with contextlib.suppress(FatalError):

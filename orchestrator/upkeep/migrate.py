@@ -14,7 +14,9 @@ import re
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+import yaml
 
 from orchestrator import fsutil, tokens
 from orchestrator.errors import InputError
@@ -42,6 +44,8 @@ from orchestrator.memory.entries import (
     split_blocks,
     suffix_files,
 )
+from orchestrator.memory.journal import Transaction
+from orchestrator.memory.prd import Prd
 from orchestrator.memory.progress import INDEX_HEADING, Progress
 from orchestrator.project import Project
 from orchestrator.upkeep.topics import (
@@ -332,11 +336,9 @@ class Migration:
     notes: list[str]
 
 
-def _load_prd(project: Project) -> Any:
+def _load_prd(project: Project) -> Prd | None:
     if not Path(project.prd_path).is_file():
         return None
-    from orchestrator.memory.prd import Prd
-
     try:
         return Prd.load(project.prd_path)
     except InputError as exc:  # titles only make summaries nicer; the log is what matters
@@ -401,8 +403,6 @@ def prepare(project: Project) -> Migration:
 
 def _config_writes(project: Project, plan: Plan, writes: dict[Path, str]) -> list[str]:
     """Make the patterns reference always selected: add it to ralph.yaml references.always."""
-    import yaml
-
     if not any(t.always for t in plan.topics):
         return []
     always = [a.lower() for a in project.config.references.always]
@@ -451,8 +451,6 @@ def _with_always(old: str) -> str | None:
 
 def apply(project: Project, migration: Migration) -> None:
     """Write everything in one journalled transaction (see memory.journal.Transaction)."""
-    from orchestrator.memory.journal import Transaction
-
     if not migration.writes:
         return
     txn = Transaction(project.ralph_dir)
