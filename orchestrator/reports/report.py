@@ -319,6 +319,7 @@ def write_report(arms: list[Arm], out_dir: Path, stem: str = "ab") -> Written:
 
 def console_table(data: dict[str, Any]) -> str:
     """The totals as a plain-text table for the terminal (rich renders it)."""
+    # rich is imported where a table is drawn: `ralph report --json` never pays for it.
     from rich.console import Console
     from rich.table import Table
 

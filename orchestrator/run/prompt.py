@@ -325,7 +325,7 @@ def _fixed_part(inp: Inputs) -> tuple[dict[str, str], int, bool]:
 
 
 def _select(inp: Inputs, sources: Sequence[Any], room: int | None) -> sel.Selection:
-    from orchestrator.run import select as sel
+    from orchestrator.run import select as sel  # lazy: numpy, see build_indexed
 
     return sel.select(
         _query(inp.story),
