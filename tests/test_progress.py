@@ -11,10 +11,9 @@ from orchestrator.memory.progress import (
     HEADER,
     IndexRow,
     Progress,
-    extract_date,
-    extract_story_ids,
     new_progress_text,
 )
+from orchestrator.memory.vocab import extract_date, extract_story_ids
 
 STANDARD = """# Ralph Progress Log
 Started: Tue Jan 13 23:40:01 CET 2026

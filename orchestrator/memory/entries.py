@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 
 from orchestrator import tokens
 from orchestrator.memory.markdown import section_starts
-from orchestrator.memory.progress import INDEX_HEADING, extract_files
+from orchestrator.memory.progress import INDEX_HEADING
+from orchestrator.memory.vocab import extract_files
 
 HISTORY_HEADING = "## Migrated History"
 
@@ -172,7 +173,7 @@ def files_by_story(reference: str) -> dict[str, list[str]]:
 class Block:
     heading: str
     body: list[str]
-    kind: str  # "patterns" | "story" | "note" | "index"
+    kind: str  # "patterns" | "story" | "note" | "aside" | "index"
     story_ids: list[str] = field(default_factory=list)
     date: str | None = None
     files: list[str] = field(default_factory=list)
@@ -308,7 +309,9 @@ def classify(heading: str, body: list[str], known: dict[str, int], seen_story: b
         or _ENTRY_WORD.search(heading)
         or any(_LEARN_MARK.match(ln) for ln in body)
     )
-    kind = "story" if is_entry else ("note" if not seen_story else "story")
+    # After the first story, a section that is no log entry (`## Notes`) is an *aside*: its
+    # learnings move into topics like a story's, but it is not counted as an entry.
+    kind = "story" if is_entry else ("note" if not seen_story else "aside")
     changed = files_changed(body)
     files = list(dict.fromkeys(changed + paths_in(text)))
     return Block(heading, body, kind, ids, m.group(1) if m else None, files, changed)
@@ -317,7 +320,7 @@ def classify(heading: str, body: list[str], known: dict[str, int], seen_story: b
 def explode(block: Block) -> list[Block]:
     """A section without a story id whose top-level bullets start with ids ("- US-001:
     Complete. ...") is a log kept as a list: one story block per such bullet."""
-    if block.story_ids or block.kind not in ("note", "story"):
+    if block.story_ids or block.kind not in ("note", "story", "aside"):
         return [block]
     groups = group_items(block.body)
     hits = [(g, hit) for g in groups if indent(g[0]) == 0 and (hit := _ID_BULLET.match(g[0]))]

@@ -23,7 +23,7 @@ import numpy as np
 
 from orchestrator.memory import entries
 from orchestrator.memory.entries import FILES_BY_STORY
-from orchestrator.memory.progress import extract_files, extract_story_ids
+from orchestrator.memory.vocab import extract_files, extract_story_ids
 from orchestrator.run import rank
 
 # A file in the same folder as a predicted one is evidence of the same area, not the file.

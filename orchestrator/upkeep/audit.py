@@ -22,9 +22,10 @@ from orchestrator.errors import FatalError, PathEscapeError
 from orchestrator.memory import areas, journal
 from orchestrator.memory.findings import Finding
 from orchestrator.memory.prd import Prd
-from orchestrator.memory.progress import Progress, extract_story_ids
+from orchestrator.memory.progress import Progress
 from orchestrator.memory.store import FastStore, PathResolver
 from orchestrator.memory.tables import TableRow, is_reserved_heading
+from orchestrator.memory.vocab import extract_story_ids
 from orchestrator.project import Project
 
 _NEAR = 0.85  # difflib ratio between two words that counts as the same word (typos)

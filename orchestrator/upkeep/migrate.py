@@ -155,7 +155,7 @@ def _summaries(blocks: list[Block], titles: dict[str, str]) -> list[str]:
     lines: list[str] = []
     seen: dict[str, int] = {}
     for n, b in enumerate(blocks, 1):
-        if b.kind != "story":
+        if b.kind not in ("story", "aside"):
             continue
         key = ",".join(b.story_ids)
         if key and key in seen:
@@ -269,7 +269,7 @@ def build_plan(
     for u in overflow:
         items.extend(items_of(Block("", u, "note"), u, "patterns", len(items), max_tokens))
     for n, b in enumerate(blocks, 1):
-        if b.kind == "story":
+        if b.kind in ("story", "aside"):
             lines, _explicit = learning_lines(b.body)
             items.extend(items_of(b, lines, source(b, n), len(items), max_tokens))
     resolve_bare_names(items)

@@ -1,0 +1,200 @@
+"""The words of a Ralph log entry, one vocabulary for every reader: story ids, dates, the
+headings that start an entry, labelled lists ("Files changed:", "Learnings:") and the paths
+and learnings in them. memory/progress.py cuts the log into entries with it; migrate's
+memory/entries.py reads an entry's parts with it."""
+
+from __future__ import annotations
+
+import re
+
+from orchestrator.memory.markdown import split_lines
+
+# ---------------------------------------------------------------------------------------
+# Reading entries. Headings seen in real logs: "2026-01-13 23:48 - US-001",
+# "US-001: title", "2026-01-30 - T006, T007", "CD-sux - title" (beads), "Iteration 3 - ...",
+# "Session 1: 2026-02-03", "[Sat Jan 10 13:30] - US-001", "TASK-001: title (2026-03-24)".
+
+_ID = re.compile(
+    r"(?<![\w.-])(?:[A-Za-z][A-Za-z0-9]*(?:-[A-Za-z0-9]+)*-\d+[A-Za-z0-9]*(?:\.\d+)*"
+    r"|[A-Z]{1,5}\d{2,}(?:\.\d+)*)(?![\w-])"
+)
+_LEADING_ID = re.compile(r"\s*([A-Za-z][\w.]*(?:-[\w.]+)+)\s*(?:[-–—:]|$)")
+_MONTHS = "Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec"
+_DATE = re.compile(
+    r"\d{4}-\d{2}-\d{2}(?:[ T]\d{1,2}:\d{2}(?::\d{2})?(?: ?[A-Z]{2,5}\b)?)?"
+    rf"|(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun)[a-z]* +(?:{_MONTHS})[a-z]* +\d{{1,2}}"
+    r"(?: +\d{1,2}:\d{2}(?::\d{2})?)?(?: +[A-Z]{2,5})?(?: +\d{4})?"
+)
+_ENTRY_WORD = re.compile(r"\s*\[?\s*(?:iteration|session|story|task)\s*#?\s*\d", re.IGNORECASE)
+# Entry starts in logs without "## " entries: "[2026-01-08 12:42] Story: US-001 - ...",
+# "- [2026-01-16] Feature 1: ...", "- US-001: Complete. ..." (a bullet per story).
+_DATED_START = re.compile(
+    r"(?:[-*] +)?\[\d{4}-\d{2}-\d{2}[^\]]*\]\s*(?:story|task|feature|us-|[A-Z]+-\d)",
+    re.IGNORECASE,
+)
+_ID_BULLET_START = re.compile(r"(?:[-*] +)?[A-Z][A-Z0-9]*-\d+[\w.]*\s*(?::|\s[-–—]\s)")
+# "**Story**: 1.1.0 - title" in the body, when the heading ("Iteration 3 - date") has no id.
+_BODY_STORY = re.compile(r"\W*(?:story|task|issue)\W*:\W*([\w][\w.-]*\d[\w.-]*)\b", re.IGNORECASE)
+
+
+def extract_story_ids(heading: str) -> list[str]:
+    text = re.sub(r"^#+\s*", "", heading)
+    ids = [m.group(0) for m in _ID.finditer(text)]
+    lead = _LEADING_ID.match(text)
+    if lead and not _DATE.match(text) and lead.group(1) not in ids:
+        ids.insert(0, lead.group(1))
+    return list(dict.fromkeys(ids))
+
+
+def extract_date(heading: str) -> str | None:
+    m = _DATE.search(heading)
+    return m.group(0) if m else None
+
+
+def looks_like_entry(heading: str) -> bool:
+    text = re.sub(r"^#+\s*", "", heading)
+    # The date first: most entry headings have one, and it is the cheapest test.
+    return bool(_DATE.search(text) or extract_story_ids(text) or _ENTRY_WORD.match(text))
+
+
+def body_story_ids(text: str) -> list[str]:
+    for line in split_lines(text)[1:6]:
+        m = _BODY_STORY.match(line)
+        if m:
+            return [m.group(1).rstrip(".")]
+    return []
+
+
+def fallback_entry_starts(lines: list[str], strict: bool = False) -> list[int]:
+    """Line numbers where a "[date] Story: ..." style entry starts, in logs without "## "."""
+    return [
+        i
+        for i, line in enumerate(lines)
+        if _DATED_START.match(line) or (not strict and _ID_BULLET_START.match(line))
+    ]
+
+
+_FILES_LABEL = re.compile(
+    r"(?:files?(?:[ _](?:changed|modified|created|touched|updated|added))?|file modificati)\b",
+    re.IGNORECASE,
+)
+_LEARN_LABEL = re.compile(
+    r"(?:key )?learnings?\b(?: for future iterations)?|lessons? learned|gotchas"
+    r"|notes? for (?:the )?next (?:developer|person|iteration)s?|note per il prossimo",
+    re.IGNORECASE,
+)
+_BULLET = re.compile(r"(\s*)(?:[-*+]|\d+[.)])\s+(.*)")
+# A file path: a name with an extension, optionally in folders, or a folder ending in "/".
+_EXT_PATH = re.compile(r"(?:[\w@~.+\[\]()-]+/)*[\w@~+\[\]()-][\w@~.+\[\]()-]*\.[A-Za-z]\w{0,7}")
+_DIR_PATH = re.compile(r"(?:[\w@~.+\[\]()-]+/)+")
+# One leading path: "`a.ts`", "a.ts (new)", "a.ts: what changed", "a.ts - what changed".
+_LEAD = re.compile(
+    r"\s*(?:\*\*)?`?([^\s`,;:*]+)`?(?:\*\*)?\s*(?:\([^)]*\))?\s*(?P<tail>(?::|[-–—]\s).*)?$",
+    re.DOTALL,
+)
+_SLASHED = re.compile(r"[\w@~.+-]*(?:/[\w@~.+\[\]()-]+)+/?")
+
+
+_LABEL_LEAD = re.compile(r"(\s*)([-*+] +)?(#{1,6} +)?(\*\*|__)?")
+_LABEL_TAIL = re.compile(r"\s*(?:\*\*|__)?\s*:\s*(?:\*\*|__)?|\s*(?:\*\*|__)\s*$|\s*$")
+
+
+def _label(line: str, label: re.Pattern[str]) -> tuple[int, bool, str] | None:
+    """(indent, is_bullet, inline rest) if the line is `label:` as bullet, bold or heading."""
+    m = _LABEL_LEAD.match(line)
+    assert m  # every part is optional
+    rest = line[m.end() :]
+    lm = label.match(rest)
+    if not lm:
+        return None
+    tail = rest[lm.end() :]
+    tm = _LABEL_TAIL.match(tail)
+    if not tm or (not m.group(3) and ":" not in tail[: tm.end()] and tail.strip()):
+        return None
+    if not m.group(3) and ":" not in tail[: tm.end()]:
+        return None  # "Files" alone only counts as a heading ("### Files Changed")
+    return len(m.group(1)), bool(m.group(2)), tail[tm.end() :].strip()
+
+
+def _labelled_items(text: str, label: re.Pattern[str]) -> list[str]:
+    """Items under each `label:` line: its inline text and the bullets nested below it."""
+    items: list[str] = []
+    lines = [line.rstrip("\r\n") for line in split_lines(text)]
+    i = 0
+    while i < len(lines):
+        found = _label(lines[i], label)
+        i += 1
+        if not found:
+            continue
+        indent, is_bullet, inline = found
+        if inline:
+            items.append(inline)
+        got = False
+        while i < len(lines):
+            line = lines[i]
+            if not line.strip():
+                # A blank line ends the list unless the list goes on after it; right after
+                # a bare label ("### Files Changed" + blank) the list has yet to start.
+                nxt = next((x for x in lines[i + 1 :] if x.strip()), "")
+                if (got and not _continues(nxt, indent, is_bullet)) or (inline and not got):
+                    break
+                i += 1
+                continue
+            b = _BULLET.match(line)
+            deeper = len(line) - len(line.lstrip())
+            if b and _continues(line, indent, is_bullet):
+                if _label(line, _FILES_LABEL) or _label(line, _LEARN_LABEL):
+                    break
+                items.append(b.group(2).rstrip())
+                got = True
+            elif got and not b and deeper > indent:
+                items[-1] += "\n" + line.strip()  # a wrapped bullet continues
+            else:
+                break
+            i += 1
+    return items
+
+
+def _continues(line: str, indent: int, label_is_bullet: bool) -> bool:
+    """Is `line` an item of the list under a label at `indent`?"""
+    if not _BULLET.match(line):
+        return False
+    deeper = len(line) - len(line.lstrip())
+    return deeper > indent or (not label_is_bullet and deeper >= indent)
+
+
+def extract_learnings(text: str) -> list[str]:
+    return _labelled_items(text, _LEARN_LABEL)
+
+
+def _paths_in(item: str) -> list[str]:
+    """Paths named by one "files changed" item: the leading run of comma-separated paths
+    ("src/a.ts, b.ts: did x", "`a.ts` (new)"), else every backticked path, else every bare
+    token that is unmistakably a file (has an extension) or a folder (ends with "/")."""
+    leading: list[str] = []
+    for piece in item.split(","):
+        m = _LEAD.match(piece)
+        if not m or not _is_path(m.group(1)):
+            break
+        leading.append(m.group(1))
+        if m.group("tail"):
+            break  # "a.ts: did x, y" - the rest is prose
+    if leading:
+        return leading
+    ticked = [t.strip() for t in re.findall(r"`([^`]+)`", item)]
+    found = [t for t in ticked if _is_path(t)]
+    if found:
+        return found
+    bare = [t.strip("*:.'\"()") for t in re.split(r"[\s,;]+", item)]
+    return [t for t in bare if _EXT_PATH.fullmatch(t) or _DIR_PATH.fullmatch(t)]
+
+
+def _is_path(token: str) -> bool:
+    return bool(_EXT_PATH.fullmatch(token) or _SLASHED.fullmatch(token))
+
+
+def extract_files(text: str) -> list[str]:
+    found: list[str] = []
+    for item in _labelled_items(text, _FILES_LABEL):
+        found.extend(_paths_in(item))
+    return list(dict.fromkeys(found))
