@@ -246,7 +246,7 @@ def migrate_entries(text: str) -> list[list[str]]:
     out, seen = [], False
     for heading, body in blocks:
         new = entries.explode(entries.classify(heading, body, {}, seen))
-        seen = seen or any(b.kind == "story" for b in new)
+        seen = seen or any(b.kind in ("story", "aside") for b in new)
         out += [b.story_ids for b in new if b.kind == "story"]
     return out
 
@@ -271,21 +271,34 @@ def test_migrate_sees_the_index_the_model_sees() -> None:
         assert migrate.is_indexed(text) == model_of(text)[0].has_index, name
 
 
+# Corpus logs where migrate's entry reading still differs from the model's, and why. On the
+# 2,000 generated texts it agrees everywhere. Any other disagreement fails the test.
+MIGRATE_KNOWN = {
+    # A section whose bullets start with other ids ("- SC-001: ...") is exploded into story
+    # blocks by migrate (each bullet's learnings tagged with its id); the model keeps one entry.
+    "Jensderond__ultra-gitlab/progress.txt",
+    # Bracket-dated paragraphs ("[2024-02-02 00:00] ...") inside `## ` sections: migrate
+    # splits them into entries, the model reads only `## ` headings once a log has them.
+    "Hirundo-io__docx-js-editor/progress.txt",
+    "cmbaldwin__oroshi/progress.txt",
+    # Ids the model reads and migrate does not ("run-attempt-3", "US-107A").
+    "Little-Shock__OpenShock/progress.txt",
+    "MiniCodeMonkey__tap__hist-aae1063d79-pre-reset/progress.txt",
+    # A log without `## ` headings: a paragraph the model counts as an entry.
+    "MuslimSoftware__JournAi/progress.txt",
+}
+
+
 def test_migrate_agrees() -> None:
-    """migrate still splits entries with its own rules (upkeep/migrate.py moves onto the
-    model separately). The texts where it disagrees are counted by cause; any makes this an
-    expected failure naming them, so it passes as soon as migrate agrees."""
-    causes: dict[str, list[str]] = {}
-    texts = all_texts()
-    for name, text in texts:
+    """`ralph migrate` reads the same entries (story ids, in order) as every other command,
+    but for the known corpus cases above."""
+    causes: dict[str, str] = {}
+    for name, text in all_texts():
         why = migrate_disagreement(text)
         if why:
-            causes.setdefault(why, []).append(name)
-    if causes:
-        summary = "; ".join(
-            f"{k}: {len(v)} of {len(texts)} (e.g. {v[0]})" for k, v in causes.items()
-        )
-        pytest.xfail(f"migrate disagrees with the model: {summary}")
+            causes[name] = why
+    unknown = {k: v for k, v in causes.items() if k not in MIGRATE_KNOWN}
+    assert not unknown, f"migrate disagrees with the model: {unknown}"
 
 
 # ---------------------------------------------------------------- real projects

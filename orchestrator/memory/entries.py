@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from orchestrator import tokens
 from orchestrator.memory.markdown import section_starts
 from orchestrator.memory.progress import INDEX_HEADING
-from orchestrator.memory.vocab import extract_files
+from orchestrator.memory.vocab import extract_files, looks_like_entry
 
 HISTORY_HEADING = "## Migrated History"
 
@@ -303,15 +303,20 @@ def classify(heading: str, body: list[str], known: dict[str, int], seen_story: b
     ids = story_ids(heading, body, known)
     m = DATE.search(heading) or DATE.search("\n".join(body[:3]))
     text = "\n".join([heading, *body])
-    is_entry = bool(
+    entry_like = bool(
         ids
         or DATE.search(heading)
         or _ENTRY_WORD.search(heading)
         or any(_LEARN_MARK.match(ln) for ln in body)
     )
-    # After the first story, a section that is no log entry (`## Notes`) is an *aside*: its
-    # learnings move into topics like a story's, but it is not counted as an entry.
-    kind = "story" if is_entry else ("note" if not seen_story else "aside")
+    # A story is an entry as every reader counts one (an id, or a heading that
+    # vocab.looks_like_entry accepts). A section that only reads like one (a "Learnings:"
+    # list) or comes after the first story (`## Notes`) is an *aside*: its learnings move
+    # into topics like a story's, but it is not an entry. Before any of those: a note.
+    if ids or looks_like_entry(heading):
+        kind = "story"
+    else:
+        kind = "aside" if seen_story or entry_like else "note"
     changed = files_changed(body)
     files = list(dict.fromkeys(changed + paths_in(text)))
     return Block(heading, body, kind, ids, m.group(1) if m else None, files, changed)

@@ -263,7 +263,7 @@ def build_plan(
     for heading, body in raw:
         new = explode(classify(heading, body, known, seen_story))
         blocks.extend(new)
-        seen_story = seen_story or any(b.kind == "story" for b in new)
+        seen_story = seen_story or any(b.kind in ("story", "aside") for b in new)
     kept, overflow = _split_always(_always_units(blocks, max_tokens), max_tokens)
     items: list[Item] = []
     for u in overflow:
