@@ -42,10 +42,10 @@ DEFAULT_CUTOFF = 0.3
 # Weight of the whole reference's score in an item's text score (the rest is its group's).
 DEFAULT_BLEND = 0.2
 # Weight of recency in a group's score, and its half-life in stories.
-DEFAULT_RECENCY = 0.2
+DEFAULT_RECENCY = 0.35
 RECENCY_HALF_LIFE = 5.0
 # Weight of the predicted file overlap in an item's score.
-DEFAULT_FILES = 0.25
+DEFAULT_FILES = 0.5
 # Weight of semantic similarity (wordllama embeddings, optional extra) in the text score.
 DEFAULT_SEMANTIC = 0.0
 # `always` references' items pass at this share of the cut-off: the user asked for them,
@@ -284,8 +284,11 @@ def score(
         mixed = (1 - weights.recency) * mixed + weights.recency * rec[t.item_g]
     if weights.files > 0 and len(t.names):
         prior = (1 - weights.recency) * t.g_score + weights.recency * rec
-        fs = where.scores(frozenset(terms), _files_of(t, history, sources), prior, tree)
-        mixed = (1 - weights.files) * mixed + weights.files * fs[t.item_g]
+        files = _files_of(t, history, sources)
+        fs = where.scores(frozenset(terms), files, prior, tree)
+        # A group whose files are unknown is neither helped nor hurt by file overlap.
+        known = np.array([bool(f) for f in files], dtype=bool)[t.item_g]
+        mixed = np.where(known, (1 - weights.files) * mixed + weights.files * fs[t.item_g], mixed)
     return Scored(
         t.index,
         t.item_ref,
