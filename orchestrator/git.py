@@ -86,9 +86,10 @@ def output(args: Sequence[str], cwd: Path) -> str | None:
     return out.stdout if out.returncode == 0 else None
 
 
-def tracked_files(cwd: Path, limit: int = 20_000) -> list[str]:
+def tracked_files(cwd: Path, limit: int = 5_000) -> list[str]:
     """The repository's tracked files (`git ls-files`), at most `limit` of them; [] outside
-    git. What a story may touch: the selector matches the names a story's text mentions."""
+    git. What a story may touch: the selector matches the names a story's text mentions
+    (~0.06 s a prompt at 5,000 files; matching 20,000 cost 0.23 s)."""
     out = output(["ls-files", "-z"], cwd)
     return [p for p in out.split("\0") if p][:limit] if out else []
 

@@ -104,6 +104,7 @@ def group_files(
     return out
 
 
+@functools.lru_cache(maxsize=65536)  # a repository's tree is matched on every prompt
 def _file_terms(key: str) -> tuple[str, ...]:
     stem = key.rsplit("/", 1)[-1].rsplit(".", 1)[0]
     return rank.tokenize(stem)
