@@ -471,3 +471,10 @@ def test_a_files_list_and_colour_codes_are_not_learnings() -> None:
         "- tests/Api/SyncTest.php must run with --seed",
     ]
     assert entries.paths_in(body[-1]) == ["tests/Api/SyncTest.php"]
+
+
+def test_known_ids_with_a_slash_are_read_whole_and_in_parts() -> None:
+    known = {"API/006": 0, "US-001": 1, "US-002": 2}
+    assert entries.known_in("2026-01-01 - API/006", known) == ["API/006"]
+    assert entries.known_in("US-001/US-002: both", known) == ["US-001", "US-002"]
+    assert entries.known_in("see src/api/US-001.ts", known) == ["US-001"]

@@ -85,7 +85,7 @@ _PATH = re.compile(
 _ID_BULLET = re.compile(r"^[-*]\s+\**\s*([A-Za-z][\w.]*-\d+[\w.]*)\**\s*(?:[:—–]|\s-\s)")
 
 
-_RUN = re.compile(r"[\w.-]+")
+_RUN = re.compile(r"[\w./-]+")  # "/": ids like API/006 (each part is tried too)
 
 
 @dataclass
@@ -233,12 +233,13 @@ def known_in(text: str, known: dict[str, int]) -> list[str]:
     searched for (a 3,000-story prd made that quadratic)."""
     hits: set[str] = set()
     for m in _RUN.finditer(text):
-        run = m.group(0)
-        if run in known:
-            hits.add(run)
-        for k, ch in enumerate(run):
-            if ch == "." and not (k + 1 < len(run) and run[k + 1].isdigit()) and run[:k] in known:
-                hits.add(run[:k])
+        for run in dict.fromkeys([m.group(0), *m.group(0).split("/")]):
+            if run in known:
+                hits.add(run)
+            for k, ch in enumerate(run):
+                sentence_end = ch == "." and not (k + 1 < len(run) and run[k + 1].isdigit())
+                if sentence_end and run[:k] in known:
+                    hits.add(run[:k])
     return sorted(hits, key=known.__getitem__)
 
 
