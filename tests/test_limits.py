@@ -179,9 +179,13 @@ def test_signal_serialises_for_the_ledger():
 
 
 def test_now_default_is_aware():
-    sig = detect("5-hour limit reached ∙ resets 9pm")
+    # A reset two hours ahead of the real clock: a fixed "9pm" is "just passed" (wait 0)
+    # whenever the test runs within 5 hours after 21:00 UTC.
+    hour = (datetime.now(timezone.utc).hour + 2) % 24
+    clock = f"{hour % 12 or 12}{'am' if hour < 12 else 'pm'}"
+    sig = detect(f"5-hour limit reached ∙ resets {clock}")
     assert sig.reset_at.tzinfo is not None
-    assert 0 < sig.wait_seconds() <= 24 * 3600
+    assert 3600 < sig.wait_seconds() <= 2 * 3600
 
 
 @pytest.mark.parametrize(
