@@ -41,11 +41,17 @@ _SHA256 = {
 }
 
 
+def user_cache_dir() -> Path:
+    """`$XDG_CACHE_HOME/ralph-index` (default `~/.cache/ralph-index`): caches of projects
+    that have no log folder yet, and tiktoken's files."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "ralph-index"
+
+
 def _cache_dir() -> Path:
     if os.environ.get("TIKTOKEN_CACHE_DIR"):
         return Path(os.environ["TIKTOKEN_CACHE_DIR"])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "ralph-index" / "tiktoken"
+    return user_cache_dir() / "tiktoken"
 
 
 def _seed(cache_dir: Path, name: str) -> None:
@@ -125,8 +131,9 @@ def _pieces(text: str) -> list[str]:
 class _DiskCache:
     """{"<encoding>:<digest>": count}, loaded on first use, saved at exit when it grew."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, create: bool = False) -> None:
         self.path = path
+        self.create = create  # a user-cache file may make its folder; a log folder may not
         self.counts: dict[str, int] = {}
         self.used: set[str] = set()
         self.dirty = False
@@ -142,6 +149,9 @@ class _DiskCache:
             return
         # Only into a log folder a run made (it holds a .gitignore): `ralph status`, `prompt`
         # and `check` on a project that never ran must leave nothing for git to see.
+        if self.create:
+            with contextlib.suppress(OSError):
+                self.path.parent.mkdir(parents=True, exist_ok=True)
         if not self.path.parent.is_dir():
             return
         keep = {k: self.counts[k] for k in self.counts if k in self.used}
@@ -158,19 +168,33 @@ class _DiskCache:
 _disk: _DiskCache | None = None
 
 
+def project_cache_dir(logs_dir: Path | str) -> tuple[Path, bool]:
+    """Where a project's caches live, and whether that folder may be created: its log
+    folder once a run made it, else a folder of the user's cache named after the project
+    (so `ralph prompt` on a project that never ran is as quick as on one that did, and
+    leaves nothing in the project for git to see)."""
+    logs = Path(logs_dir)
+    if logs.is_dir():
+        return logs, False
+    key = hashlib.blake2b(str(logs.resolve()).encode(), digest_size=8).hexdigest()
+    return user_cache_dir() / "projects" / key, True
+
+
 def use_disk_cache(logs_dir: Path | str | None) -> None:
-    """Remember counts across processes in `<logs_dir>/token-counts.json` (saved at exit)."""
+    """Remember counts across processes in `token-counts.json` of the project's cache
+    folder (project_cache_dir), saved at exit."""
     global _disk
     if logs_dir is None:
         return
-    path = Path(logs_dir) / DISK_CACHE_FILE
+    folder, create = project_cache_dir(logs_dir)
+    path = folder / DISK_CACHE_FILE
     if _disk is not None and _disk.path == path:
         return
     if _disk is not None:
         _disk.save()
     else:
         atexit.register(_save_disk)
-    _disk = _DiskCache(path)
+    _disk = _DiskCache(path, create)
 
 
 def _save_disk() -> None:

@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+
+# The user cache (token counts of projects that never ran, tiktoken's files) of every test
+# and every `ralph` it starts: a private folder per test process, never the real ~/.cache.
+_CACHE = tempfile.mkdtemp(prefix="ralph-test-cache-")
+os.environ["XDG_CACHE_HOME"] = _CACHE
+atexit.register(shutil.rmtree, _CACHE, True)
 NO_CORPUS = "Ralph corpus not found: set RALPH_CORPUS or place shared/corpus beside the repo"
 
 

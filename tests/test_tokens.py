@@ -114,7 +114,11 @@ def test_disk_cache_counts_an_unchanged_text_once_across_processes(tmp_path: Pat
 
     first = run()
     assert first == {"n": tokens.count(text), "loaded": True}
-    assert not logs.exists()  # no log folder yet (never ran): nothing written, none made
+    assert not logs.exists()  # no log folder yet (never ran): none made, the user cache used
+    folder, create = tokens.project_cache_dir(logs)
+    assert create and folder.parent.parent == tokens.user_cache_dir()
+    assert (folder / tokens.DISK_CACHE_FILE).is_file()
+    assert run() == {"n": first["n"], "loaded": False}
     logs.mkdir()
     assert run() == {"n": first["n"], "loaded": True}
     assert (logs / tokens.DISK_CACHE_FILE).is_file()
