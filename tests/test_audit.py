@@ -145,6 +145,25 @@ def test_log_entry_without_story_id(tmp_path: Path) -> None:
     assert [(f.kind, f.line) for f in found] == [("entry-without-story", line)]
 
 
+@pytest.mark.parametrize("eol", ["\n", "\r\n"])
+def test_a_fence_left_open_is_reported_at_its_line(tmp_path: Path, eol: str) -> None:
+    """A stray ``` does not hide entries from ralph, but the agent reads the rest as code."""
+    more = "## 2026-01-03 - US-003\n- more things\n"
+    text = CLEAN.replace("- did things\n", "- did things\n```bash\nnpm test\n") + more
+    text = text.replace("\n", eol)
+    root = make(tmp_path, text)
+    out = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "check"], cwd=root, capture_output=True, text=True
+    )
+    line = text.split(eol).index("```bash") + 1
+    assert out.returncode == 1, out.stdout
+    assert f"progress.txt:{line}: this code fence is never closed" in out.stdout
+    assert "[unclosed-fence]" in out.stdout and "Traceback" not in out.stderr
+    closed = text.replace("npm test" + eol, "npm test" + eol + "```" + eol)
+    (root / "progress.txt").write_text(closed, newline="")
+    assert kinds(root) == []
+
+
 def test_interrupted_apply_is_reported(tmp_path: Path) -> None:
     root = make(tmp_path)
     (root / ".ralph-journal").mkdir()

@@ -125,6 +125,24 @@ P('progress.txt').write_text(t)
     assert report.fix_notes() == []
 
 
+def test_a_fence_the_agent_left_open_is_a_warning(project: Project) -> None:
+    snap = snapshot(project)
+    agent(
+        project,
+        MARK_PASSED
+        + """
+with open('progress.txt', 'a') as f:
+    f.write('\\n## 2026-11-30 06:00 - US-002\\n- ran\\n```bash\\nnpm test\\n')
+"""
+        + COMMIT,
+    )
+    report = verify(snap, project, Prd.load(project.prd_path).get("US-002"))
+    (fence,) = [f for f in report.findings if f.kind == "unclosed_fence"]
+    line = project.progress_path.read_text().splitlines().index("```bash") + 1
+    assert fence.severity == "warning" and f"line {line} " in fence.message
+    assert report.ok and report.new_entries == 1
+
+
 def test_lost_history_is_restored_keeping_the_agents_additions(project: Project) -> None:
     snap = snapshot(project)
     # The agent rewrites progress.txt from scratch: old entry gone, its own entry added.

@@ -16,7 +16,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="validate progress.txt's index and the references folder",
         description="Reports rows without files, files without rows, paths escaping the folder, "
         "duplicate or near-duplicate topics, references over references.max_tokens, a "
-        "malformed table and log entries without a story id. One line per finding.",
+        "malformed table, log entries without a story id and a code fence left open. One "
+        "line per finding.",
     )
     add_common(p)
     p.set_defaults(func=run)

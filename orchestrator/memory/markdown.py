@@ -75,6 +75,20 @@ def fenced_lines(lines: list[str]) -> set[int]:
     return fenced
 
 
+def unclosed_fence(text: str) -> int | None:
+    """1-based line of a ``` / ~~~ fence that is opened and never closed, or None. Ralph
+    reads past it (fenced_lines), but an agent or a markdown viewer reads the rest as code."""
+    if "```" not in text and "~~~" not in text:
+        return None
+    lines = split_lines(text)
+    fences = Fences()
+    open_at = 0
+    for i in [i for i, line in enumerate(lines) if "```" in line or "~~~" in line]:
+        if fences.feed(lines[i]) == "open":
+            open_at = i
+    return open_at + 1 if fences.marker else None
+
+
 def is_section_start(line: str) -> bool:
     """`SECTION_START.match(line)`, without a regex call per line."""
     return line.startswith("## ") and line[3:4] != "#"

@@ -27,6 +27,7 @@ from orchestrator import git
 from orchestrator.log import get_logger
 from orchestrator.memory.findings import Finding, Severity
 from orchestrator.memory.history import merge_history
+from orchestrator.memory.markdown import unclosed_fence
 from orchestrator.memory.prd import Prd, Story
 from orchestrator.memory.progress import Progress, entry_from
 from orchestrator.project import Project
@@ -175,7 +176,22 @@ def _check_progress(snap: Snapshot, project: Project, report: CheckReport) -> Pr
             now = merged
     progress = Progress.parse(now)
     _check_entry(snap, progress, report, shown)
+    _check_fence(snap, now, report, shown)
     return progress
+
+
+def _check_fence(snap: Snapshot, now: str, report: CheckReport, shown: str) -> None:
+    """A fence the agent opened and never closed: ralph reads on, the next agent sees code."""
+    line = unclosed_fence(now)
+    old_lines = (snap.progress_text or "").count("\n")
+    if line is not None and line > old_lines:
+        report.add(
+            "unclosed_fence",
+            "warning",
+            f"progress.txt line {line} opens a code fence that is never closed",
+            "close the fence with ``` on a line of its own",
+            shown,
+        )
 
 
 def _check_entry(snap: Snapshot, progress: Progress, report: CheckReport, shown: str) -> None:

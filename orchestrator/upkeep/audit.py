@@ -21,6 +21,7 @@ from orchestrator import fsutil, tokens
 from orchestrator.errors import FatalError, PathEscapeError
 from orchestrator.memory import areas, journal
 from orchestrator.memory.findings import Finding
+from orchestrator.memory.markdown import unclosed_fence
 from orchestrator.memory.prd import Prd
 from orchestrator.memory.progress import Progress
 from orchestrator.memory.store import FastStore, PathResolver
@@ -475,6 +476,18 @@ def _index_size_findings(mem: MemoryFiles, prog: str) -> list[Finding]:
 
 def _log_findings(mem: MemoryFiles, prog: str) -> list[Finding]:
     out: list[Finding] = []
+    fence = unclosed_fence(mem.text)
+    if fence is not None:
+        out.append(
+            _finding(
+                "unclosed-fence",
+                prog,
+                fence,
+                "this code fence is never closed: ralph reads the headings after it, but an "
+                "agent or a markdown viewer reads the rest of the log as code",
+                "close it with the same ``` (or ~~~) on a line of its own",
+            )
+        )
     known = _prd_story_ids(mem.project)
     for heading, line in mem.progress.section_headings():
         if is_reserved_heading(heading) or extract_story_ids(heading):
