@@ -113,18 +113,25 @@ _memory: dict[tuple[str, str], int] = {}
 
 
 def _pieces(text: str) -> list[str]:
-    """`text` cut after the first blank line past each LARGE // 8 characters. The cuts
-    depend only on what precedes them, so appending never moves an earlier cut."""
+    """`text` cut into pieces of at most LARGE characters: after the first blank line past
+    each LARGE // 8 characters, else after a line end, else at that length (a pasted block
+    with no blank line, one 30 MB line). Blank-line cuts depend only on what precedes them,
+    so appending to a log rarely moves an earlier cut."""
     step = LARGE // 8
     out: list[str] = []
     start = 0
     while len(text) - start > step:
-        cut = text.find("\n\n", start + step)
-        if cut < 0:
-            break
-        out.append(text[start : cut + 2])
-        start = cut + 2
-    out.append(text[start:])
+        window = (start + step, start + LARGE)
+        cut = text.find("\n\n", *window)
+        if cut >= 0:
+            end = cut + 2
+        else:
+            newline = text.find("\n", *window)
+            end = newline + 1 if newline >= 0 else start + step
+        out.append(text[start:end])
+        start = end
+    if start < len(text):
+        out.append(text[start:])
     return out
 
 

@@ -127,3 +127,17 @@ def test_missing_prd_is_an_input_error(tmp_path: Path) -> None:
     (root / "scripts/ralph/prd.json").unlink()
     out = ralph(root, "status", "--dir", "scripts/ralph")
     assert out.returncode == 2 and "prd.json" in out.stderr
+
+
+def test_a_pasted_megabyte_without_blank_lines_is_read(tmp_path: Path) -> None:
+    """1.3 MB of pasted test output in one entry, no blank line in it: status and prompt
+    count it (they once died in a RecursionError, exit 70, and so did every run)."""
+    root = make_project(tmp_path / "p", 2)
+    progress = root / "scripts" / "ralph" / "progress.txt"
+    paste = "".join(f"PASS tests/test_{n}.py ok\n" for n in range(55_000))
+    with progress.open("a") as f:
+        f.write("\n## 2026-01-01 - US-001\n- ran the suite\n" + paste + "\n")
+    for args in (("status",), ("prompt", "--json")):
+        out = ralph(root, *args)
+        assert out.returncode == 0, out.stderr
+        assert "Traceback" not in out.stderr and "internal error" not in out.stderr

@@ -146,3 +146,23 @@ def test_a_large_text_is_counted_in_stable_pieces() -> None:
     assert abs(tokens.count(text) - whole) <= len(pieces)
     grown = tokens._pieces(text + entry.format(n=30_000))
     assert grown[: len(pieces) - 1] == pieces[:-1]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "PASS tests/test_1.py ok\n" * 60_000 + "\n",  # one blank line, at the very end
+        "PASS tests/test_1.py ok\n" * 60_000,  # pasted output, no blank line at all
+        "PASS tests/test_1.py ok " * 60_000,  # one 1.4 MB line
+        "A" * 1_500_000,  # a blob with no line end
+    ],
+    ids=["blank-at-end", "no-blank-line", "one-line", "blob"],
+)
+def test_long_texts_without_blank_lines_are_counted_in_bounded_pieces(text: str) -> None:
+    """A block over tokens.LARGE with no blank line once recursed until Python gave up, and
+    every command that counted progress.txt died with it."""
+    pieces = tokens._pieces(text)
+    assert "".join(pieces) == text
+    assert all(0 < len(p) <= tokens.LARGE for p in pieces) and len(pieces) > 1
+    whole = len(tokens.encoder(tokens.DEFAULT_ENCODING).encode(text, disallowed_special=()))
+    assert abs(tokens.count(text) - whole) <= len(pieces)
