@@ -256,6 +256,29 @@ def test_heading_inside_a_code_fence_is_not_a_section() -> None:
     assert "## Pasted" not in new and any("## Pasted heading" in r for r in refs.values())
 
 
+def test_code_blocks_among_learnings_keep_the_learnings_after_them(tmp_path: Path) -> None:
+    """A column-0 fence (blank line inside) between learnings once ended the learnings: the
+    bullets after it reached no reference, though the log said they had moved."""
+    root = tmp_path / "p"
+    root.mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=root, check=True)
+    (root / "prd.json").write_text('{"userStories": [{"id": "US-003", "passes": true}]}')
+    (root / "progress.txt").write_text(
+        "# Ralph Progress Log\n---\n\n## 2026-01-03 - US-003\n- What was implemented: refresh\n"
+        "- Files changed: src/auth/refresh.ts\n- **Learnings for future iterations:**\n"
+        "- Refresh tokens rotate on every use\n```\ncurl -X POST /refresh\n\n"
+        "curl -X POST /logout\n```\n- Refresh endpoint is rate limited to 5/min\n---\n"
+    )
+    ralph = [sys.executable, "-m", "orchestrator"]
+    out = subprocess.run([*ralph, "migrate"], cwd=root, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    refs = "".join(p.read_text() for p in (root / "ralph" / "references").rglob("*.md"))
+    assert "curl -X POST /refresh" in refs and "curl -X POST /logout" in refs
+    assert "rate limited to 5/min" in refs
+    chk = subprocess.run([*ralph, "check"], cwd=root, capture_output=True, text=True)
+    assert chk.returncode == 0, chk.stdout
+
+
 @pytest.mark.parametrize("progress", corpus_cases("progress.txt"))
 def test_every_story_heading_keeps_a_summary_line(progress: Path) -> None:
     """One summary line per past story: every id progress.py reads in a `## ` heading."""

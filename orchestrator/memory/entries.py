@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 
 from orchestrator import tokens
-from orchestrator.memory.markdown import section_starts
+from orchestrator.memory.markdown import Fences, section_starts
 from orchestrator.memory.progress import INDEX_HEADING
 from orchestrator.memory.vocab import extract_files, looks_like_entry
 
@@ -359,7 +359,14 @@ def group_items(lines: list[str]) -> list[list[str]]:
     """Bullets with their deeper-indented continuation lines; paragraphs of plain lines."""
     groups: list[list[str]] = []
     base: int | None = None  # indent of the open group's first line; None after a blank
+    fences = Fences()
     for ln in lines:
+        # A code block belongs to the item above it, blank lines and column 0 included.
+        was_open = bool(fences.marker)
+        fences.feed(ln)
+        if groups and (was_open or (fences.marker and base is not None)):
+            groups[-1].append(ln)
+            continue
         if not ln.strip() or ln.strip() in ("---", "***"):
             base = None
             continue
@@ -380,8 +387,14 @@ def _marked_block(body: list[str], i: int) -> tuple[list[str], int]:
     nonblank = [ln for ln in body[i + 1 :] if ln.strip()]
     item_ind = indent(nonblank[0]) if nonblank else m_ind + 2
     j = i + 1
+    fences = Fences()
     while j < len(body):
         nxt = body[j]
+        inside = bool(fences.marker)
+        if fences.feed(nxt) == "open" or inside:
+            picked.append(nxt)  # a code block stays with the learning it illustrates
+            j += 1
+            continue
         if nxt.strip():
             ind = indent(nxt)
             if ind <= m_ind and (item_ind > m_ind or not BULLET.match(nxt)):
