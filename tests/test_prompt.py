@@ -11,6 +11,7 @@ import pytest
 
 from orchestrator import cli, project, tokens
 from orchestrator.errors import EXIT_BUDGET, ConfigError
+from orchestrator.memory.markdown import unclosed_fence
 from orchestrator.memory.prd import Prd, Story
 from orchestrator.memory.store import Memory
 from orchestrator.run import prompt
@@ -309,3 +310,28 @@ def test_ranking_query_leaves_out_the_story_id() -> None:
     # "US-008" would match an "SC-008" learning by its number; an id says nothing of content.
     query = prompt._query(Story(id="US-008", title="US-008 theme toggle"))
     assert "US-008" not in query and "theme toggle" in query
+
+
+def test_odd_reference_text_cannot_break_the_prompt_around_it(tmp_path: Path) -> None:
+    """A topic holding `|` stays one two-cell row in the story's index rows, and an item
+    whose code fence is never closed is closed where it ends, so the template's
+    instructions after it are not read as code."""
+    root = make_project(tmp_path)
+    refs = root / "ralph" / "references"
+    (refs / "auth-flow.md").write_text(
+        AUTH + "- [US-001] The logout handler:\n  ```ts\n  res.clearCookie('sid')\n"
+    )
+    rows = "".join(f"| Gardening {n} | ralph/references/garden-{n}.md |\n" for n in range(300))
+    for n in range(300):
+        (refs / f"garden-{n}.md").write_text(f"# Gardening {n}\n\n- [US-001] tulips {n}\n")
+    progress = root / "scripts" / "ralph" / "progress.txt"
+    text = progress.read_text().replace("| Auth flow |", "| Auth a \\| b |") + "\n"
+    progress.write_text(text.replace("| Release |", rows + "| Release |"))
+    out = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "prompt"], cwd=root, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    assert "| Auth a \\| b | ralph/references/auth-flow.md |" in out.stdout
+    assert "more topics are not shown here" in out.stdout  # the rows for this story only
+    assert "res.clearCookie('sid')" in out.stdout
+    assert unclosed_fence(out.stdout) is None

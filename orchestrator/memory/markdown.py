@@ -89,6 +89,17 @@ def unclosed_fence(text: str) -> int | None:
     return open_at + 1 if fences.marker else None
 
 
+def close_fences(text: str) -> str:
+    """`text` with a fence it leaves open closed at its end: a reference item inlined into
+    a prompt must not turn the template's instructions after it into code."""
+    if "```" not in text and "~~~" not in text:
+        return text
+    fences = Fences()
+    for line in split_lines(text):
+        fences.feed(line)
+    return f"{text}\n{fences.marker}" if fences.marker else text
+
+
 def is_section_start(line: str) -> bool:
     """`SECTION_START.match(line)`, without a regex call per line."""
     return line.startswith("## ") and line[3:4] != "#"

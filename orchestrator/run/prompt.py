@@ -32,6 +32,7 @@ from orchestrator import tokens as tok
 from orchestrator.errors import EXIT_BUDGET, FatalError, InputError
 from orchestrator.log import get_logger
 from orchestrator.memory import usage
+from orchestrator.memory.markdown import escape_cell
 from orchestrator.memory.prd import Prd
 from orchestrator.memory.store import Memory
 from orchestrator.project import Project
@@ -277,10 +278,10 @@ def _index_rows(inp: Inputs, chosen: Sequence[Any]) -> str:
         area = getattr(r, "area", "")
         new = []
         if area and area not in shown and area in area_path:
-            new.append(f"| {area} | {area_path[area]} |")
+            new.append(f"| {escape_cell(area)} | {escape_cell(area_path[area])} |")
         if r.path not in shown:
             named = r.topic if not area or r.topic.startswith(area) else f"{area} / {r.topic}"
-            new.append(f"| {named} | {r.path} |")
+            new.append(f"| {escape_cell(named)} | {escape_cell(r.path)} |")
         cost = sum(_count(row, inp.encoding) + 1 for row in new)
         if room is not None and cost > room:
             break

@@ -34,6 +34,7 @@ from typing import Any, TypedDict
 import numpy as np
 
 from orchestrator import tokens as tok
+from orchestrator.memory.markdown import close_fences
 from orchestrator.run import rank, semantic, where
 
 # Items scoring below this share of the best item's score are not taken even when the budget
@@ -544,6 +545,6 @@ def render(selection: Selection, sources: Sequence[Source]) -> str:
                 # Nested under the reference's own "###" line: shown one level deeper.
                 lines.append("#### " + c.heading.lstrip().lstrip("#").strip())
                 heading = c.heading
-            lines.append(c.text.rstrip("\n"))
+            lines.append(close_fences(c.text.rstrip("\n")))
         out.append("\n".join(lines))
     return "\n\n".join(out)
