@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
         )
     memory = Memory.load(project)
     out = prompt.assemble(
-        project, story, memory, mode=args.mode, budget=args.budget, tool=args.tool
+        project, story, memory, mode=args.mode, budget=args.budget, tool=args.tool, prd=prd
     )
     if args.json:
         print(json.dumps(out.to_json(), indent=2, ensure_ascii=False))

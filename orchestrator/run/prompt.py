@@ -44,6 +44,7 @@ from orchestrator.run.templates import (
 )
 
 if TYPE_CHECKING:
+    from orchestrator.run import refcache
     from orchestrator.run import select as sel
 
 log = get_logger()
@@ -96,6 +97,9 @@ class Inputs:
     tree: Sequence[str] = ()  # the repository's files (`git ls-files`) when known
     stories: dict[str, str] = field(default_factory=dict)  # prd.json id -> text, for ranking
     prior: dict[str, float] = field(default_factory=dict)  # memory.usage: path -> boost
+    # The project's log folder: ranking keeps what it derives from the references there
+    # (run/refcache.py, in tokens.project_cache_dir). None: nothing kept on disk.
+    logs_dir: Path | None = None
 
 
 # (prompt tokens, tokens per part, what Ralph would have loaded)
@@ -324,7 +328,9 @@ def _fixed_part(inp: Inputs) -> tuple[dict[str, str], int, bool]:
     return base_vals, base_n, whole
 
 
-def _select(inp: Inputs, sources: Sequence[Any], room: int | None) -> sel.Selection:
+def _select(
+    inp: Inputs, sources: Sequence[Any], room: int | None, memo: refcache.Plain
+) -> sel.Selection:
     from orchestrator.run import select as sel  # lazy: numpy, see build_indexed
 
     return sel.select(
@@ -344,6 +350,7 @@ def _select(inp: Inputs, sources: Sequence[Any], room: int | None) -> sel.Select
         history=inp.progress_text,
         encoding=inp.encoding,
         prior=inp.prior,
+        memo=memo,
     )
 
 
@@ -372,6 +379,7 @@ def _missing_rows(inp: Inputs) -> list[dict[str, Any]]:
 def build_indexed(inp: Inputs, *, with_counterfactual: bool = True) -> Assembled:
     # Imported here: ranking needs numpy (~0.4 s to import), which full mode, the ralph.sh
     # path, never uses.
+    from orchestrator.run import refcache
     from orchestrator.run import select as sel
 
     enc = inp.encoding
@@ -381,8 +389,9 @@ def build_indexed(inp: Inputs, *, with_counterfactual: bool = True) -> Assembled
         r for r in inp.references if getattr(r, "exists", True) and not getattr(r, "is_area", False)
     ]
     room = None if inp.budget is None else min(inp.budget - base_n, int(_share(inp) * inp.budget))
+    memo = refcache.open_cache(inp.logs_dir)
     while True:
-        selection = _select(inp, sources, room)
+        selection = _select(inp, sources, room, memo)
         vals = {**base_vals, "references": sel.render(selection, sources)}
         if not whole:
             vals["index"] = _index_rows(inp, _by_relevance(selection, sources))
@@ -392,6 +401,7 @@ def build_indexed(inp: Inputs, *, with_counterfactual: bool = True) -> Assembled
         if inp.budget is None or n <= inp.budget or room is None or room <= 0:
             break
         room -= n - inp.budget
+    refcache.save(memo)
     considered = selection.considered + _missing_rows(inp)
     parts = _parts(vals, n, ("story", "index", "references", "notes"), enc)
 
@@ -519,6 +529,7 @@ def inputs_for(
             [r.path for r in memory.references],
             project.references.rel_dir,
         ),
+        logs_dir=Path(project.logs_dir),
     )
 
 
