@@ -96,6 +96,9 @@ class Plain:
     def entry_files(self, history: str) -> Mapping[str, Sequence[str]]:
         return where.entry_files(history) if history else {}
 
+    def story_order(self, history: str) -> Mapping[str, int]:
+        return rank.story_order(history)
+
 
 PLAIN = Plain()
 
@@ -256,6 +259,8 @@ class RefCache(Plain):
         self.used: set[str] = set()
         self.last: tuple[list[str], list[RefFacts], list[int | None]] | None = None
         self.built: _Built | None = None
+        self._history: str | None = None  # the log `_history_key` is the digest of
+        self._history_key = ""
         self.dirty = False
         self._load()
 
@@ -340,15 +345,35 @@ class RefCache(Plain):
         self.dirty = True
         return n, made
 
+    def _log(self, history: str) -> dict[str, Any]:
+        """The facts kept for this log (the last log only: it grows every iteration)."""
+        if history is not self._history:
+            self._history, self._history_key = history, tokens.digest(history)
+        raw = self.logs.get(self._history_key)
+        if type(raw) is not dict:
+            raw = {}
+            self.logs = {self._history_key: raw}
+        return raw
+
     def entry_files(self, history: str) -> Mapping[str, Sequence[str]]:
         if not history:
             return {}
-        key = tokens.digest(history)
-        raw = self.logs.get(key)
+        kept = self._log(history)
+        raw = kept.get("files")
         if type(raw) is dict and all(type(v) is list and _strs_ok(v) for v in raw.values()):
             return raw
         made = where.entry_files(history)
-        self.logs = {key: {k: list(v) for k, v in made.items()}}  # the last log only
+        kept["files"] = {k: list(v) for k, v in made.items()}
+        self.dirty = True
+        return made
+
+    def story_order(self, history: str) -> Mapping[str, int]:
+        kept = self._log(history)
+        raw = kept.get("order")
+        if type(raw) is dict and set(map(type, raw.values())) <= {int}:
+            return raw
+        made = rank.story_order(history)
+        kept["order"] = made
         self.dirty = True
         return made
 

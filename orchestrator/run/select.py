@@ -291,7 +291,7 @@ def score(
     mixed = np.where(g > 0, (1 - weights.blend) * g + weights.blend * in_ref, 0.0)
     rec = np.zeros(len(t.names))
     if weights.recency > 0 and history:
-        order = rank.story_order(history)
+        order = memo.story_order(history)
         rec = rank.recency_scores(t.names, order, RECENCY_HALF_LIFE)
         mixed = (1 - weights.recency) * mixed + weights.recency * rec[t.item_g]
     if weights.files > 0 and len(t.names):
