@@ -187,7 +187,8 @@ class Iteration:
         self.passed_before = prd.passed_count()
         self.attempts = 0
         self.report: checks.CheckReport | None = None
-        memory = Memory.load(self.project)
+        with prompt.gc_paused():
+            memory = Memory.load(self.project)
         self.assembled = prompt.assemble(
             self.project,
             story,

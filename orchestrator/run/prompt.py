@@ -551,7 +551,7 @@ def assemble(
     `mode` None means the project's configured mode (config `mode`, default auto); `budget`
     None means `budget.prompt_tokens`; `tool` None means config `tool` (it picks CLAUDE.md
     or prompt.md in full mode); `prd` None reads prd.json for the branch and story texts."""
-    with _gc_paused():
+    with gc_paused():
         inp = inputs_for(project, story, memory, notes=notes, budget=budget, tool=tool, prd=prd)
         progress = memory.progress
         # The index rows are the references that no area lists (parsing the table again, or
@@ -562,10 +562,11 @@ def assemble(
 
 
 @contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    """No cyclic garbage collection while a prompt is assembled: it makes hundreds of
-    thousands of objects (10,000 references' items and rows) and no cycles, and the
-    collector walking them again and again cost a third of the time."""
+def gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection while a prompt is assembled (and its memory loaded:
+    callers wrap Memory.load too): it makes hundreds of thousands of objects (10,000
+    references' texts, items and rows) and no cycles, and the collector walking them again
+    and again cost a third of the time."""
     was = gc.isenabled()
     gc.disable()
     try:

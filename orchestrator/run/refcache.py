@@ -40,7 +40,7 @@ import numpy as np
 
 from orchestrator import fsutil, tokens
 from orchestrator.log import get_logger
-from orchestrator.memory import entries, vocab
+from orchestrator.memory import entries, markdown, vocab
 from orchestrator.run import rank, where
 
 log = get_logger()
@@ -51,8 +51,9 @@ FORMAT = 1
 FILE = "ref-index.json"
 # Story profiles kept beyond the ones used by this process (newest first).
 _KEEP_UNUSED = 2_000
-# The modules whose output is cached: a change to any of them invalidates the file.
-_CODE = (rank, where, entries, vocab)
+# The modules whose output is cached (and what they call): a change to any of them, or to
+# this one, invalidates the file.
+_CODE = (rank, where, entries, vocab, markdown)
 _ERRORS = (ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError)
 
 
@@ -107,11 +108,11 @@ PLAIN = Plain()
 def _code_key() -> str:
     """A digest of FORMAT and of the source of the modules whose output the file holds."""
     h = hashlib.blake2b(f"{FORMAT}".encode(), digest_size=16)
-    for module in _CODE:
+    for name, file in [(m.__name__, m.__file__) for m in _CODE] + [(__name__, __file__)]:
         try:
-            h.update(Path(str(module.__file__)).read_bytes())
+            h.update(Path(str(file)).read_bytes())
         except (OSError, TypeError):
-            h.update(module.__name__.encode())
+            h.update(name.encode())
     return h.hexdigest()
 
 
