@@ -223,3 +223,36 @@ def test_corpus_history_prompts_are_the_same_cold_and_warm(
     plain = [_assemble(root, sid, disk=False) for sid in picks]
     assert cold == warm == plain
     assert any(json.loads(js)["selected"] for _, js in cold)
+
+
+def test_the_post_story_check_finds_nested_topics_without_reading_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """check_refs takes an area's listed topics from the bytes it already read; a topic
+    edited through an area still counts as indexed."""
+    from orchestrator.memory import areas
+    from orchestrator.memory.progress import Progress
+    from orchestrator.run import check_refs, checks
+    from orchestrator.upkeep import migrate
+
+    root = synth.flat_project(tmp_path / "p", 80)
+    (root / "ralph.yaml").write_text("references:\n  max_topics: 6\n")
+    project = locate(root)
+    migrate.apply(project, migrate.prepare(project))
+    log = root / "scripts/ralph/progress.txt"
+    rows = Progress.parse(log.read_text()).index_rows
+    area = next(r for r in rows if areas.is_area((root / r.path).read_text()))
+    _topic, leaf = areas.nested_rows((root / area.path).read_text())[0]
+    snap = checks.snapshot(project)
+    with (root / leaf).open("a") as f:
+        f.write("- [US-0081] A new learning in a nested topic.\n")
+    with log.open("a") as f:
+        f.write("\n## 2026-02-01 - US-0081\n- Did it\n---\n")
+
+    def read_again(path: Path) -> str:
+        raise AssertionError(f"{path} read a second time")
+
+    monkeypatch.setattr(check_refs, "read_or_none", read_again)
+    report = checks.verify(snap, project, "US-0081")
+    assert leaf in report.updated_references
+    assert not [f for f in report.findings if f.kind == "reference_unindexed"]

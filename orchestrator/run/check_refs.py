@@ -5,6 +5,7 @@ the references folder, and every reference created or changed must have a row.""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from orchestrator.errors import PathEscapeError
@@ -190,10 +191,11 @@ def _known(fast: FastStore, target: Path, files: dict[str, bytes] | None) -> byt
     folder = getattr(fast, "folder", None)
     if files is None or folder is None:
         return None
-    try:
-        rel = target.relative_to(folder).as_posix()
-    except ValueError:
+    # Strings, not Path.relative_to: this runs once per index row.
+    head, path = f"{folder}{os.sep}", str(target)
+    if not path.startswith(head):
         return None
+    rel = path[len(head) :].replace(os.sep, "/")
     return files.get(f"{fast.rel_dir}/{rel}") if rel in fast.plain else None
 
 
