@@ -434,14 +434,15 @@ def _columns(keys: list[str], facts: list[RefFacts], built: _Built) -> dict[str,
     remap = np.zeros(len(built.vocab), dtype=np.intp)
     remap[used] = np.arange(len(used))
     index = [f.ix for f in facts]
+    flat = itertools.chain.from_iterable
     return {
         "keys": keys,
         "n_items": [len(ix.items) for ix in index],
         "n_rows": [len(ix.row_keys) for ix in index],
         "n_texts": [len(ix.text_words) for ix in index],
-        "items": [x for ix in index for pair in ix.items for x in pair],
-        "row_keys": [k for ix in index for k in ix.row_keys],
-        "text_words": [n for ix in index for n in ix.text_words],
+        "items": list(flat(flat(ix.items for ix in index))),
+        "row_keys": list(flat(ix.row_keys for ix in index)),
+        "text_words": list(flat(ix.text_words for ix in index)),
         "vocab": [built.vocab[i] for i in used.tolist()],
         "terms": [built.terms[i] for i in used.tolist()],
         "ids": base64.b64encode(remap[ids].astype("<i4").tobytes()).decode("ascii"),
