@@ -256,3 +256,17 @@ def test_the_post_story_check_finds_nested_topics_without_reading_again(
     report = checks.verify(snap, project, "US-0081")
     assert leaf in report.updated_references
     assert not [f for f in report.findings if f.kind == "reference_unindexed"]
+
+
+def test_odd_bytes_and_non_ascii_text_survive_the_file(tmp_path: Path) -> None:
+    root = _project(tmp_path, refs=12)
+    target = sorted((root / "ralph" / "references").glob("*.md"))[2]
+    with target.open("ab") as f:
+        f.write("\n- [US-0003] Café naïve 日本語 résumé parser\n".encode())
+        f.write(b"- [US-0003] a byte \xff\xfe that is not UTF-8 \x00 in the parser\n")
+    want = _assemble(root, disk=False)
+    _new_process()
+    assert _assemble(root) == want  # cold: computed and written
+    _new_process()
+    assert _assemble(root) == want  # warm: read back
+    assert rank.ref_index.cache_info().misses == 0

@@ -237,7 +237,8 @@ class _Words(Sequence[str]):
     def __eq__(self, other: object) -> bool:
         return tuple(self) == (tuple(other) if isinstance(other, Sequence) else other)
 
-    __hash__ = None  # type: ignore[assignment]
+    def __hash__(self) -> int:
+        return hash(self._all())
 
 
 class _Built(NamedTuple):
