@@ -286,6 +286,11 @@ def bench_project(root: Path, n_stories: int, n_refs: int) -> Path:
         ["-c", "user.email=bench@example.com", "-c", "user.name=bench", "commit", "-qm", "init"],
     ):
         subprocess.run(["git", *git_args], cwd=root, check=True, capture_output=True)
+    # The log folder a first run makes (git ignores it): the caches that an unmeasured
+    # `ralph prompt` fills go there, so each fresh copy of the project carries them.
+    logs = root / "ralph" / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    (logs / ".gitignore").write_text("*\n")
     return root
 
 

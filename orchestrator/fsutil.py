@@ -211,12 +211,15 @@ def read_bytes(path: Path | str) -> bytes:
     except OSError as exc:
         raise file_error(path, exc, "read") from None
     try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise not_regular(path, mode)
-        os.set_blocking(fd, True)
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            return f.read()
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise not_regular(path, st.st_mode)
+        # os.read, not a file object: a buffered reader per file doubled the time of
+        # reading 10,000 references. O_NONBLOCK does not apply to regular files.
+        chunks = []
+        while chunk := os.read(fd, max(st.st_size + 1, 1 << 16)):
+            chunks.append(chunk)
+        return b"".join(chunks)
     except FileError:
         raise
     except OSError as exc:

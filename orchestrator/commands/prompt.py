@@ -62,10 +62,11 @@ def run(args: argparse.Namespace) -> int:
             f"{project.rel(project.prd_path)}: every story passes, so there is no next "
             "story; name one with --story ID"
         )
-    memory = Memory.load(project)
-    out = prompt.assemble(
-        project, story, memory, mode=args.mode, budget=args.budget, tool=args.tool
-    )
+    with prompt.gc_paused():
+        memory = Memory.load(project)
+        out = prompt.assemble(
+            project, story, memory, mode=args.mode, budget=args.budget, tool=args.tool, prd=prd
+        )
     if args.json:
         print(json.dumps(out.to_json(), indent=2, ensure_ascii=False))
     else:

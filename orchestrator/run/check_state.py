@@ -153,7 +153,7 @@ def read_or_none(path: Path) -> str | None:
 
 def reference_bytes(project: Project) -> dict[str, bytes]:
     store = project.references
-    return {index_path: p.read_bytes() for index_path, p in store.indexed_files()}
+    return {index_path: fsutil.read_bytes(p) for index_path, p in store.indexed_files()}
 
 
 def snapshot(project: Project, prd: Prd | None = None, memory: Memory | None = None) -> Snapshot:

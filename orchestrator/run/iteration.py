@@ -187,7 +187,8 @@ class Iteration:
         self.passed_before = prd.passed_count()
         self.attempts = 0
         self.report: checks.CheckReport | None = None
-        memory = Memory.load(self.project)
+        with prompt.gc_paused():
+            memory = Memory.load(self.project)
         self.assembled = prompt.assemble(
             self.project,
             story,
@@ -201,7 +202,8 @@ class Iteration:
         # The copy kept in the logs is redacted; the agent gets the exact prompt only while
         # it runs (spawn), so a key an agent wrote into a reference stays out of our logs.
         redact.write_text(self.prompt_file, self.assembled.text)
-        self.snapshot = checks.snapshot(self.project, prd=prd, memory=memory)
+        with prompt.gc_paused():  # reads every reference again
+            self.snapshot = checks.snapshot(self.project, prd=prd, memory=memory)
         # Progress is judged against the state before the first attempt, so a retry that
         # follows a partial attempt still sees that attempt's changes.
         self.start = self._state()
@@ -291,9 +293,10 @@ class Iteration:
     def verify(self, attempt: Attempt) -> checks.CheckReport:
         """Post-story checks (they repair lost history); `all_passed` follows prd.json as
         the checks leave it, since a repair may have restored it."""
-        self.report = checks.verify(
-            self.snapshot, self.project, self.story, after=attempt.prd_after
-        )
+        with prompt.gc_paused():  # reads every reference and the index again
+            self.report = checks.verify(
+                self.snapshot, self.project, self.story, after=attempt.prd_after
+            )
         attempt.passed = bool(self.report.story_passed)
         attempt.all_passed = self.report.prd is not None and self.report.prd.all_passed()
         return self.report

@@ -21,8 +21,10 @@ project. The bench calls the pure ones directly.
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Callable, Sequence
+import gc
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -45,6 +47,7 @@ from orchestrator.run.templates import (
 )
 
 if TYPE_CHECKING:
+    from orchestrator.run import refcache
     from orchestrator.run import select as sel
 
 log = get_logger()
@@ -97,6 +100,9 @@ class Inputs:
     tree: Sequence[str] = ()  # the repository's files (`git ls-files`) when known
     stories: dict[str, str] = field(default_factory=dict)  # prd.json id -> text, for ranking
     prior: dict[str, float] = field(default_factory=dict)  # memory.usage: path -> boost
+    # The project's log folder: ranking keeps what it derives from the references there
+    # (run/refcache.py, in tokens.project_cache_dir). None: nothing kept on disk.
+    logs_dir: Path | None = None
 
 
 # (prompt tokens, tokens per part, what Ralph would have loaded)
@@ -325,7 +331,9 @@ def _fixed_part(inp: Inputs) -> tuple[dict[str, str], int, bool]:
     return base_vals, base_n, whole
 
 
-def _select(inp: Inputs, sources: Sequence[Any], room: int | None) -> sel.Selection:
+def _select(
+    inp: Inputs, sources: Sequence[Any], room: int | None, memo: refcache.Plain
+) -> sel.Selection:
     from orchestrator.run import select as sel  # lazy: numpy, see build_indexed
 
     return sel.select(
@@ -345,6 +353,7 @@ def _select(inp: Inputs, sources: Sequence[Any], room: int | None) -> sel.Select
         history=inp.progress_text,
         encoding=inp.encoding,
         prior=inp.prior,
+        memo=memo,
     )
 
 
@@ -373,6 +382,7 @@ def _missing_rows(inp: Inputs) -> list[dict[str, Any]]:
 def build_indexed(inp: Inputs, *, with_counterfactual: bool = True) -> Assembled:
     # Imported here: ranking needs numpy (~0.4 s to import), which full mode, the ralph.sh
     # path, never uses.
+    from orchestrator.run import refcache
     from orchestrator.run import select as sel
 
     enc = inp.encoding
@@ -382,8 +392,9 @@ def build_indexed(inp: Inputs, *, with_counterfactual: bool = True) -> Assembled
         r for r in inp.references if getattr(r, "exists", True) and not getattr(r, "is_area", False)
     ]
     room = None if inp.budget is None else min(inp.budget - base_n, int(_share(inp) * inp.budget))
+    memo = refcache.open_cache(inp.logs_dir)
     while True:
-        selection = _select(inp, sources, room)
+        selection = _select(inp, sources, room, memo)
         vals = {**base_vals, "references": sel.render(selection, sources)}
         if not whole:
             vals["index"] = _index_rows(inp, _by_relevance(selection, sources))
@@ -393,6 +404,7 @@ def build_indexed(inp: Inputs, *, with_counterfactual: bool = True) -> Assembled
         if inp.budget is None or n <= inp.budget or room is None or room <= 0:
             break
         room -= n - inp.budget
+    refcache.save(memo)
     considered = selection.considered + _missing_rows(inp)
     parts = _parts(vals, n, ("story", "index", "references", "notes"), enc)
 
@@ -520,6 +532,7 @@ def inputs_for(
             [r.path for r in memory.references],
             project.references.rel_dir,
         ),
+        logs_dir=Path(project.logs_dir),
     )
 
 
@@ -539,10 +552,26 @@ def assemble(
     `mode` None means the project's configured mode (config `mode`, default auto); `budget`
     None means `budget.prompt_tokens`; `tool` None means config `tool` (it picks CLAUDE.md
     or prompt.md in full mode); `prd` None reads prd.json for the branch and story texts."""
-    inp = inputs_for(project, story, memory, notes=notes, budget=budget, tool=tool, prd=prd)
-    progress = memory.progress
-    # The index rows are the references that no area lists (parsing the table again, or
-    # every log entry just to see whether there is one, costs seconds on a long history).
-    rows = sum(1 for r in memory.references if not r.area)
-    fresh = not rows and progress.has_index and not progress.entries
-    return build(inp, mode or project.config.mode, rows, fresh_index=fresh)
+    with gc_paused():
+        inp = inputs_for(project, story, memory, notes=notes, budget=budget, tool=tool, prd=prd)
+        progress = memory.progress
+        # The index rows are the references that no area lists (parsing the table again, or
+        # every log entry just to see whether there is one, costs seconds on a long history).
+        rows = sum(1 for r in memory.references if not r.area)
+        fresh = not rows and progress.has_index and not progress.entries
+        return build(inp, mode or project.config.mode, rows, fresh_index=fresh)
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection while a prompt is assembled (and its memory loaded:
+    callers wrap Memory.load too): it makes hundreds of thousands of objects (10,000
+    references' texts, items and rows) and no cycles, and the collector walking them again
+    and again cost a third of the time."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()

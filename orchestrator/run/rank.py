@@ -199,6 +199,8 @@ class _Corpus:
 
 
 _LAST: list[_Corpus] = []
+Corpus = _Corpus  # what run/refcache.py builds from its file
+word_terms = _word_terms  # a word's terms, as every text counts them
 
 
 def _corpus(index: Sequence[RefIndex], text_words: np.ndarray) -> _Corpus:
@@ -224,13 +226,17 @@ def _corpus(index: Sequence[RefIndex], text_words: np.ndarray) -> _Corpus:
 
 
 def term_counts(
-    index: Sequence[RefIndex], text_words: np.ndarray, col: Mapping[str, int]
+    index: Sequence[RefIndex],
+    text_words: np.ndarray,
+    col: Mapping[str, int],
+    corpus: Corpus | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(terms of each text, counts of the query terms `col` in each text), over the texts
     of all references one after the other. The same figures as `profile` of each text:
     a text's terms are its words' terms (`_word_terms`), so each distinct word is split
-    once, and a word's terms are counted per text with numpy."""
-    c = _corpus(index, text_words)
+    once, and a word's terms are counted per text with numpy. `corpus` is `_corpus(index,
+    text_words)` when the caller has it (run/refcache.py keeps it on disk)."""
+    c = corpus if corpus is not None else _corpus(index, text_words)
     n_vocab = int(c.ids.max(initial=-1)) + 1
     weights = np.zeros((n_vocab, len(col)))
     for t, j in col.items():

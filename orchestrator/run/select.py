@@ -35,7 +35,7 @@ import numpy as np
 
 from orchestrator import tokens as tok
 from orchestrator.memory.markdown import close_fences
-from orchestrator.run import rank, semantic, where
+from orchestrator.run import rank, refcache, semantic, where
 
 # Items scoring below this share of the best item's score are not taken even when the budget
 # has room: they make a prompt bigger without making it better.
@@ -152,6 +152,7 @@ class Scored:
 @dataclass
 class _Text:
     index: list[rank.RefIndex]
+    facts: list[refcache.RefFacts]  # per reference: its index, item notes and footer
     names: list[str]  # the groups
     item_g: np.ndarray  # each item's group
     item_ref: np.ndarray  # each item's reference
@@ -160,9 +161,15 @@ class _Text:
     ref_score: np.ndarray  # per reference, scaled to [0, 1]
 
 
-def _text_scores(terms: list[str], sources: Sequence[Source], stories: Mapping[str, str]) -> _Text:
+def _text_scores(
+    terms: list[str],
+    sources: Sequence[Source],
+    stories: Mapping[str, str],
+    memo: refcache.Plain = refcache.PLAIN,
+) -> _Text:
     """BM25 of the query terms per group and per whole reference."""
-    index = [rank.ref_index(s.topic, s.path, s.text) for s in sources]
+    facts = memo.facts(sources)
+    index = [f.ix for f in facts]
     sizes = np.array([len(ix.items) for ix in index], dtype=int)
     # Rows: each reference's items then its contexts, one reference after the other.
     row_keys = [k for ix in index for k in ix.row_keys]
@@ -176,7 +183,7 @@ def _text_scores(terms: list[str], sources: Sequence[Source], stories: Mapping[s
     text_words = np.fromiter(
         (n for ix in index for n in ix.text_words), dtype=int, count=int(n_texts.sum())
     )
-    lengths, tf = rank.term_counts(index, text_words, col)
+    lengths, tf = rank.term_counts(index, text_words, col, memo.corpus(index, text_words))
     # Texts of one reference: its rows first, then its topic and headings; the items, the
     # topic and the headings count in the whole reference.
     text_ref = np.repeat(np.arange(len(sources)), n_texts)
@@ -189,10 +196,11 @@ def _text_scores(terms: list[str], sources: Sequence[Source], stories: Mapping[s
     g_tf = np.zeros((len(names), len(terms)))
     np.add.at(g_tf, row_g, tf[is_row])
     g_n = np.bincount(row_g, weights=lengths[is_row], minlength=len(names))
-    _add_stories(names, stories, col, g_tf, g_n)
+    _add_stories(names, stories, col, g_tf, g_n, memo)
     item_text = at < np.repeat(sizes, n_texts)
     return _Text(
         index,
+        facts,
         names,
         row_g[is_item],
         np.repeat(np.arange(len(sources)), sizes),
@@ -208,6 +216,7 @@ def _add_stories(
     col: dict[str, int],
     g_tf: np.ndarray,
     g_n: np.ndarray,
+    memo: refcache.Plain = refcache.PLAIN,
 ) -> None:
     """The prd.json text of the story each group came from, as part of the group."""
     if not stories:
@@ -215,7 +224,7 @@ def _add_stories(
     for g, k in enumerate(names):
         for sid in rank.tag_ids(k):
             if sid in stories:
-                n, counts = rank.profile(stories[sid])
+                n, counts = memo.profile(stories[sid])
                 g_n[g] += n
                 for t in counts.keys() & col.keys():
                     g_tf[g, col[t]] += counts[t]
@@ -232,22 +241,23 @@ def _add_semantic(t: _Text, query: str, stories: Mapping[str, str], share: float
         t.g_score = (1 - share) * t.g_score + share * rank.scaled(sims)
 
 
-def _files_of(t: _Text, history: str, sources: Sequence[Source]) -> list[tuple[str, ...]]:
+def _files_of(
+    t: _Text, history: str, memo: refcache.Plain = refcache.PLAIN
+) -> list[tuple[str, ...]]:
     """Each group's files: `files:` notes in its items or its stories' lines in a reference's
     "## Files by story" footer, else its stories' log entries."""
     notes: dict[str, list[str]] = {}
     footers: dict[str, list[str]] = {}
-    for src in sources:
-        for sid, files in where.footer_files(src.text).items():
+    for f in t.facts:
+        for sid, files in f.footer.items():
             footers.setdefault(sid, []).extend(files)
-    for ix, first in zip(t.index, _offsets(t.index)[:-1].tolist(), strict=False):
-        items = ix.items
-        for pos, (_, body) in enumerate(items):
-            found = where.note_files(body)
+    for f, first in zip(t.facts, _offsets(t.index)[:-1].tolist(), strict=False):
+        for pos, found in enumerate(f.notes):
             if found:
                 notes.setdefault(t.names[int(t.item_g[first + pos])], []).extend(found)
     ids = {n: rank.tag_ids(n) for n in t.names}
-    return where.group_files(t.names, notes, history, ids, footers)
+    by_story = memo.entry_files(history)
+    return where.group_files(t.names, notes, history, ids, footers, by_story=by_story)
 
 
 def _offsets(index: Sequence[rank.RefIndex]) -> np.ndarray:
@@ -262,14 +272,16 @@ def score(
     stories: Mapping[str, str] | None = None,
     history: str = "",
     tree: Sequence[str] = (),
+    memo: refcache.Plain = refcache.PLAIN,
 ) -> Scored:
     """Every item's score in [0, 1] (rounded, so float noise never reorders ties).
 
     `stories` maps story ids to their prd.json text (it describes their groups), `history`
     is progress.txt (recency, and the files of each story's entries), `tree` the
-    repository's files when known (`git ls-files`: more names a story may mention)."""
+    repository's files when known (`git ls-files`: more names a story may mention), `memo`
+    where the facts of each reference come from (refcache: kept on disk by content)."""
     terms = list(dict.fromkeys(tokenize(query)))
-    t = _text_scores(terms, sources, stories or {})
+    t = _text_scores(terms, sources, stories or {}, memo)
     if weights.semantic > 0:
         _add_semantic(t, query, stories or {}, weights.semantic)
     g, in_ref = t.g_score[t.item_g], t.ref_score[t.item_ref]
@@ -280,12 +292,12 @@ def score(
     mixed = np.where(g > 0, (1 - weights.blend) * g + weights.blend * in_ref, 0.0)
     rec = np.zeros(len(t.names))
     if weights.recency > 0 and history:
-        order = rank.story_order(history)
+        order = memo.story_order(history)
         rec = rank.recency_scores(t.names, order, RECENCY_HALF_LIFE)
         mixed = (1 - weights.recency) * mixed + weights.recency * rec[t.item_g]
     if weights.files > 0 and len(t.names):
         prior = (1 - weights.recency) * t.g_score + weights.recency * rec
-        files = _files_of(t, history, sources)
+        files = _files_of(t, history, memo)
         fs = where.scores(frozenset(terms), files, prior, tree)
         # A group whose files are unknown is neither helped nor hurt by file overlap.
         known = np.array([bool(f) for f in files], dtype=bool)[t.item_g]
@@ -337,6 +349,7 @@ def select(
     tree: Sequence[str] = (),
     encoding: str = tok.DEFAULT_ENCODING,
     prior: Mapping[str, float] | None = None,
+    memo: refcache.Plain = refcache.PLAIN,
 ) -> Selection:
     """Pick items for `query` within `budget` tokens (None: no budget, cut-off only).
 
@@ -349,7 +362,7 @@ def select(
     `_MIN_TRIM` tokens of it fit, else skipped.
     """
     w = Weights(cutoff, blend, recency, files, semantic)
-    sc = score(query, sources, w, stories=stories, history=history, tree=tree)
+    sc = score(query, sources, w, stories=stories, history=history, tree=tree, memo=memo)
     if prior:
         sc.scores = with_prior(sc.scores, sc.refs, [s.path for s in sources], prior)
     selection = take(
@@ -454,9 +467,11 @@ def _dropped(
     sc: Scored, free: np.ndarray, passing: np.ndarray, n_refs: int
 ) -> dict[int, _RefStats]:
     """Per reference: its item count and why its items were left out before the budget."""
-    items = np.bincount(sc.refs, minlength=n_refs)
-    zero = np.bincount(sc.refs, weights=free & (sc.scores <= 0.0), minlength=n_refs)
-    low = np.bincount(sc.refs, weights=free & (sc.scores > 0.0) & ~passing, minlength=n_refs)
+    # As lists: reading numpy arrays one element at a time is slow over 10,000 references.
+    below = free & (sc.scores > 0.0) & ~passing
+    items = np.bincount(sc.refs, minlength=n_refs).tolist()
+    zero = np.bincount(sc.refs, weights=free & (sc.scores <= 0.0), minlength=n_refs).tolist()
+    low = np.bincount(sc.refs, weights=below, minlength=n_refs).tolist()
     stats: dict[int, _RefStats] = {}
     for r in range(n_refs):
         why = {w for w, k in (("no match", zero[r]), ("below cut-off", low[r])) if k}
@@ -530,14 +545,14 @@ def render(selection: Selection, sources: Sequence[Source]) -> str:
     """Taken items under their reference and section headings, in index and file order."""
     if not selection.chunks:
         return ""
-    total = {r: len(split_items(s.text)) for r, s in enumerate(sources)}
     by_ref: dict[int, list[Chunk]] = {}
     for c in selection.chunks:
         by_ref.setdefault(c.ref, []).append(c)
     out = ["## References for this story"]
     for ref, chunks in by_ref.items():
         src = sources[ref]
-        shown = "" if len(chunks) == total[ref] else f", {len(chunks)} of {total[ref]} items"
+        total = len(split_items(src.text))  # only the references shown are split here
+        shown = "" if len(chunks) == total else f", {len(chunks)} of {total} items"
         lines = [f"### {src.topic} (`{src.path}`{shown})"]
         heading = ""
         for c in chunks:

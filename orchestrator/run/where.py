@@ -88,11 +88,14 @@ def group_files(
     history: str,
     tag_ids: Mapping[str, tuple[str, ...]],
     footers: Mapping[str, Sequence[str]] | None = None,
+    by_story: Mapping[str, Sequence[str]] | None = None,
 ) -> list[tuple[str, ...]]:
     """Files of each group: its items' `files:` notes, else its stories' log entries and
     their lines in the references' "## Files by story" footers (both: a footer keeps one
-    path per story, the log may hold them all)."""
-    by_story = entry_files(history) if history else {}
+    path per story, the log may hold them all). `by_story` is `entry_files(history)` when
+    the caller has it (refcache keeps it on disk)."""
+    if by_story is None:
+        by_story = entry_files(history) if history else {}
     out: list[tuple[str, ...]] = []
     for name in names:
         files = list(notes.get(name, ()))
