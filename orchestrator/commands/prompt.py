@@ -67,6 +67,8 @@ def run(args: argparse.Namespace) -> int:
         out = prompt.assemble(
             project, story, memory, mode=args.mode, budget=args.budget, tool=args.tool, prd=prd
         )
+    for why in memory.refused:
+        print(f"ralph: warning: left out of the prompt: {why}", file=sys.stderr)
     if args.json:
         print(json.dumps(out.to_json(), indent=2, ensure_ascii=False))
     else:

@@ -58,6 +58,9 @@ class Memory:
     progress_text: str
     references: list[Reference]
     encoding: str = field(default=tokens.DEFAULT_ENCODING)
+    # Index rows whose path leads out of the references folder: left out of the memory (a
+    # confused agent's row must not stop an unattended run), each as a fix-up sentence.
+    refused: list[str] = field(default_factory=list)
 
     @classmethod
     def load(cls, project: MemorySource) -> Memory:
@@ -70,13 +73,20 @@ class Memory:
         progress = Progress.parse(text)
         store = FastStore(project.references)
         refs: list[Reference] = []
+        refused: list[str] = []
         for row in progress.index_rows:
-            ref = _reference(store, row.topic, row.path, encoding, progress_path)
+            try:
+                ref = _reference(store, row.topic, row.path, encoding, progress_path)
+            except PathEscapeError as e:
+                shown = os.path.relpath(progress_path, getattr(project, "root", "."))
+                where = f"{shown}:{_row_line(text, row.path)}"
+                refused.append(f"{where}: {str(e).split(': ', 1)[1]}; fix or remove that row")
+                continue
             refs.append(ref)
             if ref.exists and areas.is_area(ref.text):
                 ref.is_area = True
                 refs.extend(_nested(store, ref, encoding, progress_path))
-        return cls(progress=progress, progress_text=text, references=refs, encoding=encoding)
+        return cls(progress, text, refs, encoding, refused)
 
     def full_history_tokens(self, encoding: str | None = None) -> int:
         """What Ralph itself would load each iteration: all of progress.txt."""
@@ -123,6 +133,14 @@ class FastStore:
             if rel in self.plain:
                 return self.folder / rel
         return Path(self.store.resolve(index_path))
+
+
+def _row_line(text: str, path: str) -> int:
+    """1-based line of the first table row naming `path` (only asked for a refused row)."""
+    for n, line in enumerate(text.splitlines(), 1):
+        if line.lstrip().startswith("|") and path in line:
+            return n
+    return 0
 
 
 def _nested(store: PathResolver, area: Reference, encoding: str, progress: Path) -> list[Reference]:

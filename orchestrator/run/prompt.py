@@ -553,6 +553,7 @@ def assemble(
     None means `budget.prompt_tokens`; `tool` None means config `tool` (it picks CLAUDE.md
     or prompt.md in full mode); `prd` None reads prd.json for the branch and story texts."""
     with gc_paused():
+        notes = [*memory.refused, *notes]
         inp = inputs_for(project, story, memory, notes=notes, budget=budget, tool=tool, prd=prd)
         progress = memory.progress
         # The index rows are the references that no area lists (parsing the table again, or
