@@ -92,6 +92,7 @@ class Inputs:
     recency: float | None = None  # None: select.DEFAULT_RECENCY
     files: float | None = None  # None: select.DEFAULT_FILES
     semantic: float | None = None  # None: select.DEFAULT_SEMANTIC
+    feedback: int | None = None  # None: select.DEFAULT_FEEDBACK
     ref_share: float | None = None  # None: REFERENCES_SHARE
     tree: Sequence[str] = ()  # the repository's files (`git ls-files`) when known
     stories: dict[str, str] = field(default_factory=dict)  # prd.json id -> text, for ranking
@@ -338,6 +339,7 @@ def _select(inp: Inputs, sources: Sequence[Any], room: int | None) -> sel.Select
         recency=sel.DEFAULT_RECENCY if inp.recency is None else inp.recency,
         files=sel.DEFAULT_FILES if inp.files is None else inp.files,
         semantic=sel.DEFAULT_SEMANTIC if inp.semantic is None else inp.semantic,
+        feedback=sel.DEFAULT_FEEDBACK if inp.feedback is None else inp.feedback,
         tree=inp.tree,
         ref_cap=inp.ref_cap,
         stories=_other_stories(inp),

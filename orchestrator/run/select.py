@@ -48,6 +48,9 @@ RECENCY_HALF_LIFE = 5.0
 DEFAULT_FILES = 0.5
 # Weight of semantic similarity (wordllama embeddings, optional extra) in the text score.
 DEFAULT_SEMANTIC = 0.0
+# How many of the best groups (by text and recency) lend their files to the files predicted
+# for the story (where.scores).
+DEFAULT_FEEDBACK = where.FEEDBACK_GROUPS
 # `always` references' items pass at this share of the cut-off: the user asked for them,
 # but an item of theirs that says nothing about this story still stays out.
 ALWAYS_SHARE = 0.5
@@ -98,6 +101,7 @@ class Weights:
     recency: float = DEFAULT_RECENCY
     files: float = DEFAULT_FILES
     semantic: float = DEFAULT_SEMANTIC
+    feedback: int = DEFAULT_FEEDBACK
 
 
 # Re-exported: callers tokenize and split references the way ranking does.
@@ -285,7 +289,7 @@ def score(
     if weights.files > 0 and len(t.names):
         prior = (1 - weights.recency) * t.g_score + weights.recency * rec
         files = _files_of(t, history, sources)
-        fs = where.scores(frozenset(terms), files, prior, tree)
+        fs = where.scores(frozenset(terms), files, prior, tree, feedback=weights.feedback)
         # A group whose files are unknown is neither helped nor hurt by file overlap.
         known = np.array([bool(f) for f in files], dtype=bool)[t.item_g]
         mixed = np.where(known, (1 - weights.files) * mixed + weights.files * fs[t.item_g], mixed)
@@ -336,6 +340,7 @@ def select(
     tree: Sequence[str] = (),
     encoding: str = tok.DEFAULT_ENCODING,
     prior: Mapping[str, float] | None = None,
+    feedback: int = DEFAULT_FEEDBACK,
 ) -> Selection:
     """Pick items for `query` within `budget` tokens (None: no budget, cut-off only).
 
@@ -347,7 +352,7 @@ def select(
     An item too long for the room left is trimmed at a line boundary when at least
     `_MIN_TRIM` tokens of it fit, else skipped.
     """
-    w = Weights(cutoff, blend, recency, files, semantic)
+    w = Weights(cutoff, blend, recency, files, semantic, feedback)
     sc = score(query, sources, w, stories=stories, history=history, tree=tree)
     if prior:
         sc.scores = with_prior(sc.scores, sc.refs, [s.path for s in sources], prior)
