@@ -38,7 +38,7 @@ from orchestrator.run import rank, semantic, where
 
 # Items scoring below this share of the best item's score are not taken even when the budget
 # has room: they make a prompt bigger without making it better.
-DEFAULT_CUTOFF = 0.3
+DEFAULT_CUTOFF = 0.55
 # Weight of the whole reference's score in an item's text score (the rest is its group's).
 DEFAULT_BLEND = 0.2
 # Weight of recency in a group's score, and its half-life in stories.
@@ -55,8 +55,9 @@ DEFAULT_FEEDBACK = where.FEEDBACK_GROUPS
 # but an item of theirs that says nothing about this story still stays out.
 ALWAYS_SHARE = 0.5
 # How far a reference's prior from use (agents opened it though it was not inlined) lifts its
-# matching items, as a share of the best item's score.
-PRIOR_WEIGHT = 0.3
+# matching items, as a share of the cut-off's bar (cut-off x the best item's score): the lift
+# follows the cut-off, so a fully missed reference's matching items come back at any cut-off.
+PRIOR_WEIGHT = 1.0
 # Trimming an over-long item to fewer tokens than this keeps too little of it to be useful.
 _MIN_TRIM = 60
 
@@ -355,7 +356,7 @@ def select(
     w = Weights(cutoff, blend, recency, files, semantic, feedback)
     sc = score(query, sources, w, stories=stories, history=history, tree=tree)
     if prior:
-        sc.scores = with_prior(sc.scores, sc.refs, [s.path for s in sources], prior)
+        sc.scores = with_prior(sc.scores, sc.refs, [s.path for s in sources], prior, cutoff)
     selection = take(
         sc,
         sources,
@@ -433,15 +434,19 @@ def take(
 
 
 def with_prior(
-    scores: np.ndarray, refs: np.ndarray, paths: Sequence[str], prior: Mapping[str, float]
+    scores: np.ndarray,
+    refs: np.ndarray,
+    paths: Sequence[str],
+    prior: Mapping[str, float],
+    cutoff: float = DEFAULT_CUTOFF,
 ) -> np.ndarray:
-    """Item scores raised by their reference's prior: + PRIOR_WEIGHT * prior * best score,
-    never above the best score (the cut-off for the other items stays where it was). Only
+    """Item scores raised by their reference's prior: + PRIOR_WEIGHT * prior * cut-off *
+    best score, never above the best score (the bar for the other items stays where it was). Only
     items that match the story at all (score > 0) are raised: a reference missed once is
     given again when relevant, not to every story."""
     boost = np.array([float(prior.get(p, 0.0)) for p in paths])[refs] if len(refs) else refs
     top = scores.max(initial=0.0)
-    raised = np.minimum(top, scores + PRIOR_WEIGHT * boost * top)
+    raised = np.minimum(top, scores + PRIOR_WEIGHT * boost * cutoff * top)
     return np.round(np.where(scores > 0.0, raised, scores), 6)
 
 
