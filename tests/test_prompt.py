@@ -263,7 +263,10 @@ def test_indexed_prompt_prefers_the_latest_stories_learnings_for_a_bare_story(
 ) -> None:
     """A story whose text shares no word with the learnings: the log's order (US-001 then
     US-004) says which learnings are the most recent, and those are the ones inlined."""
-    log = LOG_ENTRY + "## 2026-01-03 10:00 - US-004\n- Reworked the importer\n---\n"
+    log = (
+        LOG_ENTRY
+        + "## 2026-01-03 10:00 - US-004\n- Reworked the importer\n- Files changed: notes.py\n---\n"
+    )
     root = make_project(tmp_path, log=log)
     (root / "ralph" / "references" / "misc.md").write_text(
         "# Misc\n\n" + "".join(f"- [US-{i:03d}] zzq note {i}\n" for i in (4, 1, 5, 6, 7, 8))
