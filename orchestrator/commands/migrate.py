@@ -32,6 +32,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def run(args: argparse.Namespace) -> int:
     proj = project.locate(Path.cwd(), args.ralph_dir)
     if args.dry_run:
+        journal.refuse_if_pending(proj.ralph_dir, "ralph migrate --dry-run")
         return _run(args, proj)
     # The plan is made under the lock too: one made while a run edits memory is stale.
     with lock.memory_lock(proj, "ralph migrate"):
@@ -39,9 +40,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, proj: Project) -> int:
-    if journal.pending(proj.ralph_dir):
-        print("ralph migrate: an earlier apply was interrupted; run `ralph compact --recover`")
-        return 1
     mig = migrate.prepare(proj)
     plan = mig.plan
     if plan.already_indexed:
