@@ -145,6 +145,7 @@ class Transaction:
                     "before": _digest(old),
                     "after": _digest(data),
                     "link": os.readlink(target) if data is None and target.is_symlink() else None,
+                    "new_dir": _first_missing(target.parent),
                     "_old": old,
                     "_new": data,
                 }
@@ -166,6 +167,32 @@ class Transaction:
         _save_journal(self.dir, "prepared", recs)
 
 
+def _first_missing(folder: Path) -> str | None:
+    """The outermost folder of `folder`'s path that does not exist yet (the apply creates it)."""
+    missing = None
+    for parent in [folder, *folder.parents]:
+        if parent.exists():
+            break
+        missing = parent
+    return None if missing is None else str(missing)
+
+
+def _remove_new_dirs(rec: dict[str, Any]) -> None:
+    """Remove the folders the apply created for this target, if they are empty again."""
+    top = rec.get("new_dir")
+    if not top:
+        return
+    folder = Path(rec["target"]).parent
+    while True:
+        try:
+            folder.rmdir()
+        except OSError:
+            return  # not empty (or gone): leave it
+        if str(folder) == top or folder == folder.parent:
+            return
+        folder = folder.parent
+
+
 def _write_new(tmp: Path, target: Path, data: bytes) -> None:
     tmp.parent.mkdir(parents=True, exist_ok=True)
     fsutil.atomic_write_bytes(tmp, data)
@@ -185,9 +212,10 @@ def _explain(exc: BaseException) -> BaseException:
         if path is not None and path.name.endswith(".ralph-new"):
             # The temp file never existed for the user: name its folder, where the fix is.
             err = fsutil.file_error(path.parent, OSError(code, os.strerror(code)), "write in")
-            return FileError(f"{err} {undone}", path=str(path.parent), errno=code)
+            text = str(err).rstrip(".")
+            return FileError(f"{text}. {undone}", path=str(path.parent), errno=code)
         text = str(fsutil.file_error(path, exc, "write")) if path else str(exc)
-        return FileError(f"{text} {undone}", path=str(path or ""), errno=code)
+        return FileError(f"{text.rstrip('.')}. {undone}", path=str(path or ""), errno=code)
     return exc
 
 
@@ -220,6 +248,7 @@ def _discard(jdir: Path, ops: list[dict[str, Any]]) -> None:
     for rec in ops:
         if rec["tmp"]:
             Path(rec["tmp"]).unlink(missing_ok=True)
+        _remove_new_dirs(rec)
     shutil.rmtree(jdir, ignore_errors=True)
 
 
@@ -303,6 +332,7 @@ def _undo(jdir: Path, ops: list[dict[str, Any]]) -> str:
                 os.replace(tmp, keep / f"{n}-{Path(rec['target']).name}")
             else:
                 tmp.unlink()
+        _remove_new_dirs(rec)
     done = f"rolled back an interrupted apply ({len(ops)} file operations)"
     if not changed:
         shutil.rmtree(jdir, ignore_errors=True)
