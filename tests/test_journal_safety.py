@@ -231,3 +231,55 @@ def test_symlinked_progress_stays_a_link_through_migrate_and_rollback(tmp_path: 
     assert "## Progress Index" in real.read_text()  # the new text is in the linked file
     assert not list(shared.glob(".*"))  # no temp file left beside it
     assert ralph(root, "check").returncode == 0
+
+
+# --------------------------------------------------------------------------- units
+
+
+def test_failed_apply_puts_a_deleted_symlink_back_as_a_link(tmp_path: Path, monkeypatch) -> None:
+    real = tmp_path / "elsewhere.md"
+    real.write_text("# Auth\n- facts\n")
+    link = tmp_path / "auth.md"
+    link.symlink_to(real)
+    txn = journal.Transaction(tmp_path)
+    txn.delete(link)
+    txn.write(tmp_path / "archive" / "auth.md", "# Auth\n- facts\n")
+
+    def boom(done: int) -> None:
+        raise OSError(28, "No space left on device (injected)")
+
+    monkeypatch.setattr(journal, "after_rename", boom)
+    with pytest.raises(OSError):
+        txn.commit()
+    assert link.is_symlink() and link.resolve() == real and real.read_text() == "# Auth\n- facts\n"
+    assert not (tmp_path / "archive").exists() and journal.pending(tmp_path) is None
+
+
+def test_recover_refuses_to_delete_a_file_changed_since(tmp_path: Path) -> None:
+    doomed = tmp_path / "old.md"
+    doomed.write_text("v1\n")
+    txn = journal.Transaction(tmp_path)
+    txn.delete(doomed)
+    txn._prepare(txn._records())  # prepared, then the process "dies" before the delete
+    doomed.write_text("v2, edited after\n")
+    with pytest.raises(journal.JournalConflict, match="old.md changed after it was prepared"):
+        journal.recover(tmp_path)
+    assert doomed.read_text() == "v2, edited after\n" and journal.pending(tmp_path)
+    assert "kept as they are now" in (journal.recover(tmp_path, rollback=True) or "")
+    assert doomed.read_text() == "v2, edited after\n" and journal.pending(tmp_path) is None
+
+
+def test_a_journal_of_an_older_version_still_recovers(tmp_path: Path) -> None:
+    target = tmp_path / "a.txt"
+    target.write_text("old")
+    txn = journal.Transaction(tmp_path)
+    txn.write(target, "new")
+    txn._prepare(txn._records())
+    jfile = tmp_path / journal.JOURNAL_DIR / "journal.json"
+    record = json.loads(jfile.read_text())
+    for op in record["ops"]:  # no digests, no links: what earlier versions wrote
+        for key in ("before", "after", "link", "new_dir"):
+            op.pop(key)
+    jfile.write_text(json.dumps(record))
+    assert "completed" in (journal.recover(tmp_path) or "")
+    assert target.read_text() == "new" and journal.pending(tmp_path) is None
