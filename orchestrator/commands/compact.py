@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from orchestrator import lock, project
+from orchestrator import lock, project, stopsignals
 from orchestrator.commands.common import add_common
 from orchestrator.memory import journal
 from orchestrator.tokens import fmt
@@ -48,7 +48,12 @@ def run(args: argparse.Namespace) -> int:
         journal.refuse_if_pending(proj.ralph_dir, "ralph compact (dry run)")
         return _run(args, proj)
     # Planning happens under the lock too: a plan made while a run edits memory is stale.
-    with lock.memory_lock(proj, _action(args), recovering=recovering):
+    # A stop signal becomes the usual "interrupted" (143); the journal undoes what it had
+    # prepared (a recovery defers signals until it is done).
+    with (
+        stopsignals.interrupt_on_stop_signals(),
+        lock.memory_lock(proj, _action(args), recovering=recovering),
+    ):
         return _run(args, proj)
 
 

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from orchestrator import lock, project, tokens
+from orchestrator import lock, project, stopsignals, tokens
 from orchestrator.commands.common import add_common
 from orchestrator.memory import journal
 from orchestrator.tokens import fmt
@@ -35,7 +35,9 @@ def run(args: argparse.Namespace) -> int:
         journal.refuse_if_pending(proj.ralph_dir, "ralph migrate --dry-run")
         return _run(args, proj)
     # The plan is made under the lock too: one made while a run edits memory is stale.
-    with lock.memory_lock(proj, "ralph migrate"):
+    # A stop signal (timeout(1), systemd) becomes the usual "interrupted" (143) and releases
+    # the lock; the journal rolls back what it had prepared.
+    with stopsignals.interrupt_on_stop_signals(), lock.memory_lock(proj, "ralph migrate"):
         return _run(args, proj)
 
 
