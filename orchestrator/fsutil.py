@@ -101,10 +101,24 @@ def atomic_write_bytes(path: Path, data: bytes, *, backup: bool = False) -> None
         raise file_error(path, exc, "write") from None
 
 
-def _atomic_write_bytes(path: Path, data: bytes, backup: bool) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+def write_target(path: Path) -> Path:
+    """The file a write to `path` must replace: `path` itself, or, when it is a symlink, the
+    file it points to (at any depth). Renaming a temp file over the link itself would turn
+    it into a regular file and leave its target with the old text: two diverging copies."""
+    if not os.path.islink(path):
+        return path
+    try:
+        return Path(os.path.realpath(path, strict=True))
+    except FileNotFoundError:  # a dangling link: the write creates the file it names
+        return Path(os.path.realpath(path))
+
+
+def _atomic_write_bytes(link: Path, data: bytes, backup: bool) -> None:
+    path = write_target(link)
+    if path is link:
+        path.parent.mkdir(parents=True, exist_ok=True)
     if backup and path.exists():
-        shutil.copy2(path, path.with_name(path.name + ".bak"))
+        shutil.copy2(path, link.with_name(link.name + ".bak"))
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:

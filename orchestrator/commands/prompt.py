@@ -11,6 +11,7 @@ from orchestrator import log
 from orchestrator import project as proj_mod
 from orchestrator.commands.common import add_common
 from orchestrator.errors import InputError
+from orchestrator.memory import journal
 from orchestrator.memory.prd import Prd
 from orchestrator.memory.store import Memory
 from orchestrator.run import prompt
@@ -55,6 +56,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def run(args: argparse.Namespace) -> int:
     log.configure(verbose=args.verbose)  # log lines on stderr: stdout is the prompt only
     project = proj_mod.locate(Path.cwd(), args.ralph_dir)
+    if note := journal.pending_note(project.ralph_dir):
+        print(f"ralph prompt: warning: {note}", file=sys.stderr)
     prd = Prd.load(project.prd_path)
     story = prd.get(args.story) if args.story else prd.next_story()
     if story is None:

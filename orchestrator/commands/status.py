@@ -13,6 +13,7 @@ from rich.table import Table
 
 from orchestrator import project
 from orchestrator.commands.common import add_common
+from orchestrator.memory import journal
 from orchestrator.run import status, watch
 from orchestrator.run.display import duration, money, saving
 from orchestrator.tokens import fmt
@@ -51,6 +52,8 @@ def run(args: argparse.Namespace) -> int:
             proj, Console(highlight=False), interval=max(0.1, args.interval), lines=args.lines
         )
     st = status.collect(proj)
+    if note := journal.pending_note(proj.ralph_dir):
+        st["warnings"].insert(0, note)
     if args.json:
         print(json.dumps(st, indent=2, default=str))
         return 0
