@@ -26,14 +26,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import filelock
-
 from orchestrator import fsutil
 from orchestrator.errors import LockHeld
 from orchestrator.project import ensure_logs_dir
 from orchestrator.redact import redact
 
 if TYPE_CHECKING:
+    import filelock
+
     from orchestrator.project import Project
 
 
@@ -64,6 +64,10 @@ def read_holder(lock_path: Path) -> Holder | None:
 
 
 def _lock(project: Project) -> filelock.BaseFileLock:
+    # filelock is imported where a lock is taken or probed, not with this module: reading a
+    # holder (`ralph status`, no live run) must not pay its ~20 ms of imports.
+    import filelock
+
     lock_path = Path(project.lock_path)
     if lock_path.parent == Path(project.logs_dir):
         ensure_logs_dir(project)  # git-ignored from the first lock on
@@ -79,7 +83,7 @@ def is_locked(project: Project) -> bool:
     lock = _lock(project)
     try:
         lock.acquire(timeout=0)
-    except filelock.Timeout:
+    except TimeoutError:  # filelock.Timeout is one
         return True
     lock.release()
     return False
@@ -124,7 +128,7 @@ def project_lock(
     lock = _lock(project)
     try:
         lock.acquire(timeout=0)
-    except filelock.Timeout:
+    except TimeoutError:  # filelock.Timeout
         raise LockHeld(_held_message(project, action)) from None
     me = Holder(
         pid=os.getpid(),

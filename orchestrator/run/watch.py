@@ -16,20 +16,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
-
-from rich.console import Console, Group
-from rich.live import Live
-from rich.table import Table
-from rich.text import Text
+from typing import TYPE_CHECKING, Any
 
 from orchestrator import ledger, lock
-from orchestrator.agents import get_agent
 from orchestrator.errors import FatalError, InputError
 from orchestrator.memory.prd import Prd
 from orchestrator.project import Project
-from orchestrator.run.display import duration, money, relative
+from orchestrator.run.formats import duration, money, relative
 from orchestrator.tokens import fmt
+
+if TYPE_CHECKING:
+    from rich.console import Console, Group
 
 # How much of a transcript to read when starting to follow it (the rest is history).
 _TAIL_BYTES = 64 * 1024
@@ -224,6 +221,10 @@ def display_filter(project: Project, agent_name: str | None) -> Callable[[str], 
     """The agent adapter's display(line), or plain stripped lines if it cannot be built."""
     show: Callable[[str], str | None] = lambda line: line.strip() or None  # noqa: E731
     if agent_name:
+        # The adapters (and what they import) only for --follow and serve: `ralph status`
+        # imports this module for live_run_id/build and must start quickly.
+        from orchestrator.agents import get_agent
+
         with contextlib.suppress(FatalError):
             show = get_agent(agent_name, project.config.agent(agent_name), check=False).display
     root = str(project.root)
@@ -287,6 +288,11 @@ def facts(view: RunView, now: datetime) -> list[str]:
 
 def panel(view: RunView, last: list[str], now: datetime) -> Group:
     """The live view for a terminal: facts, then the agent's last lines."""
+    # rich only where it draws (~0.1 s of imports that `ralph status --json` never needs).
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
     grid = Table.grid(padding=(0, 1))
     grid.add_column(no_wrap=True, overflow="ellipsis")
     for i, line in enumerate(facts(view, now)):
@@ -342,6 +348,8 @@ def _follow_live(
     interval: float,
     sleep: Callable[[float], None],
 ) -> RunView:
+    from rich.live import Live  # see panel()
+
     view = _poll(project, run_id)
     tail.poll(view.transcript)
     with Live(
