@@ -17,7 +17,6 @@ module walks the data key by key so that each wrong value gets its own message i
 
 from __future__ import annotations
 
-import difflib
 import functools
 import math
 import os
@@ -223,6 +222,8 @@ def known_keys() -> list[str]:
 
 
 def _unknown(key: str, valid: list[str], prefix: str) -> str:
+    import difflib  # only for a ralph.yaml with an unknown key
+
     full = f"{prefix}{key}"
     guess = difflib.get_close_matches(str(key), valid, n=1, cutoff=0.6)
     hint = f" (did you mean '{prefix}{guess[0]}'?)" if guess else ""

@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from orchestrator import ledger, lock
+from orchestrator import ledger
 from orchestrator.errors import FatalError, InputError
 from orchestrator.memory.prd import Prd
 from orchestrator.project import Project
@@ -105,6 +105,10 @@ def _still_live(project: Project, records: list[dict[str, Any]], run_id: str) ->
     a watcher must not write into the project."""
     if any(r.get("event") == "run_end" and r.get("run_id") == run_id for r in records):
         return False
+    # The lock module (filelock, the redaction patterns) only when a run may be live:
+    # `ralph status` on a project with no unfinished run never needs it.
+    from orchestrator import lock
+
     return Path(project.lock_path).exists() and lock.is_locked(project)
 
 
@@ -158,6 +162,8 @@ def build(project: Project, records: list[dict[str, Any]], run_id: str, live: bo
         _apply(view, r)
     view.totals = ledger.totals(mine)
     if live:
+        from orchestrator import lock  # see _still_live
+
         holder = lock.read_holder(Path(project.lock_path))
         view.pid = holder.pid if holder else None
     view.stories = _stories(project)
