@@ -230,6 +230,14 @@ def read_text(path: Path | str) -> str:
     return read_bytes(path).decode("utf-8", errors="surrogateescape")
 
 
+def user_cache_dir() -> Path:
+    """`$XDG_CACHE_HOME/ralph-index` (default `~/.cache/ralph-index`): caches that belong to
+    no project folder (parsed configs, token counts of projects with no log folder yet,
+    tiktoken's files)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "ralph-index"
+
+
 def shipped(package: str, source_folder: str) -> Traversable:
     """Data shipped with the package (`orchestrator.templates`, `orchestrator.bundled_examples`:
     pyproject maps the repository's `templates/` and `examples/` to them). Run from a

@@ -42,10 +42,8 @@ _SHA256 = {
 
 
 def user_cache_dir() -> Path:
-    """`$XDG_CACHE_HOME/ralph-index` (default `~/.cache/ralph-index`): caches of projects
-    that have no log folder yet, and tiktoken's files."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "ralph-index"
+    """`$XDG_CACHE_HOME/ralph-index`: see fsutil.user_cache_dir."""
+    return fsutil.user_cache_dir()
 
 
 def _cache_dir() -> Path:
