@@ -26,6 +26,7 @@ import os
 import re
 import shlex
 import sys
+import types
 from collections.abc import Callable, Hashable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Union, get_args, get_origin
@@ -55,7 +56,7 @@ def _unwrap(annotation: Any) -> tuple[Any, Meta | None, bool]:
     """(type, its msgspec Meta or None, nullable) of `Annotated[T, Meta(...)] | None`."""
     nullable = False
     args = get_args(annotation)
-    if get_origin(annotation) in (Union, _UNION_TYPE) and type(None) in args:
+    if get_origin(annotation) in (Union, types.UnionType) and type(None) in args:
         nullable = True
         rest = [a for a in args if a is not type(None)]
         annotation = rest[0] if len(rest) == 1 else Union[tuple(rest)]  # noqa: UP007
@@ -64,9 +65,6 @@ def _unwrap(annotation: Any) -> tuple[Any, Meta | None, bool]:
         annotation, *extras = get_args(annotation)
         meta = next((m for m in extras if isinstance(m, Meta)), None)
     return annotation, meta, nullable
-
-
-_UNION_TYPE = type(int | None)
 
 
 def _numeric_kinds(annotation: Any) -> set[type]:
@@ -86,6 +84,9 @@ def _argv(v: Any, example: str) -> Any:
     return v
 
 
+# Every number is a count, a duration or an amount: each has a finite range (le=), so no
+# .inf or .nan gets through and nothing downstream (time.sleep, datetime arithmetic) can
+# overflow. Unknown keys never reach msgspec (they are warnings, see _prune_unknown).
 class _Section(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     def model_dump(self) -> dict[str, Any]:
         """The settings as plain data (sections as dicts), e.g. for the ledger."""
@@ -315,7 +316,8 @@ def read_yaml(path: Path) -> dict[str, Any]:
     """Parse ralph.yaml into a dict; an empty file is an empty config."""
     shown = display_path(path)
     data = fsutil.read_bytes(path)
-    parsed = _ParseCache(path).get(data)
+    cache = _ParseCache(path)
+    parsed = cache.get(data)
     if parsed is not None:
         return parsed
     try:
@@ -325,7 +327,7 @@ def read_yaml(path: Path) -> dict[str, Any]:
             f"{shown}: not UTF-8 text (byte {exc.start}); save the file as UTF-8"
         ) from exc
     parsed = _parse_yaml(text, shown)
-    _ParseCache(path).put(data, parsed)
+    cache.put(data, parsed)
     return parsed
 
 

