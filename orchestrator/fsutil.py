@@ -15,11 +15,13 @@ import shutil
 import stat
 import tempfile
 import unicodedata
-from importlib import resources
-from importlib.abc import Traversable
 from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
 
 from orchestrator.errors import FileError
+
+if TYPE_CHECKING:
+    from importlib.abc import Traversable
 
 # What to do about each errno we can meet on a user's file (the message names the file).
 _FIXES = {
@@ -247,11 +249,23 @@ def read_text(path: Path | str) -> str:
     return read_bytes(path).decode("utf-8", errors="surrogateescape")
 
 
+def user_cache_dir() -> Path:
+    """`$XDG_CACHE_HOME/ralph-index` (default `~/.cache/ralph-index`): caches that belong to
+    no project folder (parsed configs, token counts of projects with no log folder yet,
+    tiktoken's files)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "ralph-index"
+
+
 def shipped(package: str, source_folder: str) -> Traversable:
     """Data shipped with the package (`orchestrator.templates`, `orchestrator.bundled_examples`:
     pyproject maps the repository's `templates/` and `examples/` to them). Run from a
     source checkout, where `orchestrator/` shadows the installed package and those data
     packages do not exist, the repository's own folder."""
+    # Imported here: importlib.resources costs ~8% of a `ralph status`, which reads no
+    # shipped file.
+    from importlib import resources
+
     try:
         return resources.files(package)
     except ModuleNotFoundError:

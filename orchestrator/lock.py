@@ -29,8 +29,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import filelock
-
 from orchestrator import fsutil, tokens
 from orchestrator.errors import LockHeld
 from orchestrator.memory import journal
@@ -38,6 +36,8 @@ from orchestrator.project import ensure_logs_dir
 from orchestrator.redact import redact
 
 if TYPE_CHECKING:
+    import filelock
+
     from orchestrator.project import Project
 
 
@@ -68,6 +68,10 @@ def read_holder(lock_path: Path) -> Holder | None:
 
 
 def _lock(project: Project, lock_path: Path | None = None) -> filelock.BaseFileLock:
+    # filelock is imported where a lock is taken or probed, not with this module: reading a
+    # holder (`ralph status`, no live run) must not pay its ~20 ms of imports.
+    import filelock
+
     if lock_path is not None:
         lock_path.parent.mkdir(parents=True, exist_ok=True)
     else:
@@ -86,7 +90,7 @@ def is_locked(project: Project) -> bool:
     lock = _lock(project)
     try:
         lock.acquire(timeout=0)
-    except filelock.Timeout:
+    except TimeoutError:  # filelock.Timeout is one
         return True
     lock.release()
     return False
@@ -163,7 +167,7 @@ def _hold(
     path = Path(lock.lock_file)
     try:
         lock.acquire(timeout=0)
-    except filelock.Timeout:
+    except TimeoutError:  # filelock.Timeout
         raise LockHeld(_held_message(path, action)) from None
     me = Holder(
         pid=os.getpid(),

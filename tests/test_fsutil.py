@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.resources
 import os
 import stat
 import subprocess
@@ -145,7 +146,7 @@ def test_shipped_data_falls_back_to_the_source_checkout(monkeypatch: pytest.Monk
     def missing(package: str) -> None:
         raise ModuleNotFoundError(package)
 
-    monkeypatch.setattr(fsutil.resources, "files", missing)
+    monkeypatch.setattr(importlib.resources, "files", missing)
     root = Path(fsutil.__file__).resolve().parent.parent  # the checkout (or site-packages)
     examples = fsutil.shipped("orchestrator.bundled_examples", "examples")
     assert Path(str(examples)) == root / "examples"
