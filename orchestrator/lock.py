@@ -152,7 +152,12 @@ def _held(
         logs = Path(project.lock_path).parent
         if not logs.is_dir():
             cache, _ = tokens.project_cache_dir(logs)
-            me = stack.enter_context(_hold(project, command, action, cache / "ralph.lock"))
+            try:
+                me = stack.enter_context(_hold(project, command, action, cache / "ralph.lock"))
+            except OSError:
+                # No usable user cache (a read-only home, another user's XDG_CACHE_HOME):
+                # lock in the log folder instead, made now, git-ignored.
+                create_logs = True
         if create_logs or logs.is_dir():
             me = stack.enter_context(_hold(project, command, action, None))
         assert me is not None  # one of the two branches ran
