@@ -378,6 +378,12 @@ class _ParseCache:
         return parsed
 
     def put(self, data: bytes, parsed: dict[str, Any]) -> None:
+        # Imported on a miss only: redaction's patterns are not needed to read a config.
+        from orchestrator.redact import redact
+
+        text = data.decode("utf-8", "surrogateescape")
+        if redact(text) != text:
+            return  # a token (a notify URL's, say) is not copied out of the user's file
         try:
             blob = marshal.dumps((self.FORMAT, data, parsed))
         except ValueError:

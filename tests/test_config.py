@@ -219,6 +219,17 @@ def test_second_read_of_the_same_bytes_skips_yaml_and_an_edit_is_read_again(
     assert edited["budget"]["prompt_tokens"] == 8000 and "yaml" in modules
 
 
+def test_a_config_holding_a_secret_is_not_copied_into_the_cache(tmp_path: Path) -> None:
+    url = "https://hooks.slack.com/services/T000/B000/" + "x" * 24
+    write(tmp_path, f"tool: claude\nnotify:\n  urls: ['{url}']\n  password: hunter2hunter2\n")
+    for _ in range(2):
+        _, modules = _load_in_subprocess(tmp_path)
+        assert "yaml" in modules  # parsed each time: nothing was kept
+    cache = Path(os.environ["XDG_CACHE_HOME"]) / "ralph-index" / "config"
+    kept = b"".join(f.read_bytes() for f in cache.glob("*")) if cache.is_dir() else b""
+    assert b"hunter2hunter2" not in kept
+
+
 def test_cached_parse_gives_the_same_errors_and_warnings(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
