@@ -412,8 +412,14 @@ def _tool_named(v: str) -> str:
 
 
 def _relative_inside(v: str) -> str:
-    if fsutil.relative_inside(v) is None:
+    clean = fsutil.relative_inside(v)
+    if clean is None:
         raise ValueError("must be a relative folder inside the project (e.g. ralph/references)")
+    if all(part == "." for part in clean.parts):
+        # Every file of the project would read as an unindexed reference.
+        raise ValueError(
+            "must be a folder of its own, not the project root (e.g. ralph/references)"
+        )
     return v
 
 

@@ -113,6 +113,10 @@ def test_unknown_keys_warn_with_suggestion(tmp_path: Path, monkeypatch: pytest.M
             "ralph.yaml: references.dir must be a relative folder inside the project",
         ),
         (
+            "references:\n  dir: ./\n",
+            "ralph.yaml: references.dir must be a folder of its own, not the project root",
+        ),
+        (
             "references:\n  always: auth\n",
             "ralph.yaml: references.always must be a list, got 'auth'",
         ),
