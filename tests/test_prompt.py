@@ -338,3 +338,15 @@ def test_odd_reference_text_cannot_break_the_prompt_around_it(tmp_path: Path) ->
     assert "more topics are not shown here" in out.stdout  # the rows for this story only
     assert "res.clearCookie('sid')" in out.stdout
     assert unclosed_fence(out.stdout) is None
+
+
+def test_json_accounting_is_the_json_modules_text_and_survives_odd_bytes() -> None:
+    """`ralph prompt --json` is made by msgspec for speed: the same text as json.dumps for
+    what the accounting holds, and json.dumps for text msgspec refuses (lone surrogates)."""
+    from orchestrator.commands.prompt import _json
+
+    data = {"tokens": 6497, "parts": {"index": 816}, "saved_pct": 99.5, "selected": []}
+    data["considered"] = [{"path": "ralph/références/a.md", "score": 0.857766, "n": {}}]
+    assert _json(data) == json.dumps(data, indent=2, ensure_ascii=False)
+    odd = {"topic": "caf\udce9"}
+    assert _json(odd) == json.dumps(odd, indent=2, ensure_ascii=False)

@@ -70,7 +70,7 @@ def test_prompt_json_is_the_same_cold_warm_and_without_cache(tmp_path: Path) -> 
     assert warm.returncode == 0, warm.stderr
     assert warm.stdout == cold.stdout
     _new_process()
-    assert _assemble(root, disk=False)[1] + "\n" == cold.stdout
+    assert json.loads(_assemble(root, disk=False)[1]) == json.loads(cold.stdout)
     data = json.loads(_cache_file(root).read_text(encoding="ascii"))
     assert data["code"] == refcache._code_key() and len(data["keys"]) == 40
 
