@@ -241,7 +241,9 @@ def term_counts(
     weights = np.zeros((n_vocab, len(col)))
     for t, j in col.items():
         for i, k in c.holders.get(t, ()):
-            weights[i, j] += k
+            # A kept vocabulary (refcache) may hold words no text here uses: they count 0.
+            if i < n_vocab:
+                weights[i, j] += k
     tf = np.zeros((len(text_words), len(col)))
     holds = np.asarray(weights.any(axis=1), dtype=bool)  # words holding a query term
     hit = np.flatnonzero(holds[c.ids]) if len(col) else np.zeros(0, dtype=int)
