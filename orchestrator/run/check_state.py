@@ -8,7 +8,7 @@ from __future__ import annotations
 import datetime as _dt
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from orchestrator import fsutil, git, redact
 from orchestrator.errors import InputError
@@ -36,6 +36,14 @@ class Snapshot:
     prd: Prd | None = field(default=None, compare=False, repr=False)
     prd_error: str | None = None
     progress: Progress = field(default_factory=lambda: Progress.parse(""), compare=False)
+
+
+class GitState(NamedTuple):
+    """git HEAD (None outside git or before a first commit) and the paths `git status`
+    shows modified or untracked, as the iteration already asked git for them."""
+
+    head: str | None
+    dirty: frozenset[str]
 
 
 @dataclass(frozen=True)
@@ -156,12 +164,21 @@ def reference_bytes(project: Project) -> dict[str, bytes]:
     return {index_path: fsutil.read_bytes(p) for index_path, p in store.indexed_files()}
 
 
-def snapshot(project: Project, prd: Prd | None = None, memory: Memory | None = None) -> Snapshot:
+def snapshot(
+    project: Project,
+    prd: Prd | None = None,
+    memory: Memory | None = None,
+    *,
+    git_state: GitState | None = None,
+) -> Snapshot:
     """What verify() compares against; take it right before the agent runs.
 
     `prd` and `memory` are what the iteration already read a moment ago (the story was
     picked from that prd.json, the prompt built from that progress.txt): their texts are
-    used as they are, so neither file is read or parsed a second time."""
+    used as they are, so neither file is read or parsed a second time. `git_state` is git's
+    answer of the same moment (HEAD, dirty paths), when the caller already asked."""
+    if git_state is None:
+        git_state = GitState(git_head(project), git_dirty(project))
     # The loop's prd is never edited, so render() gives back the exact bytes read.
     before = PrdState(prd.render(), prd) if prd is not None else PrdState.read(project.prd_path)
     if memory is not None and fsutil.present(project.progress_path):
@@ -175,8 +192,8 @@ def snapshot(project: Project, prd: Prd | None = None, memory: Memory | None = N
         prd_text=before.text,
         progress_text=progress_text,
         references=reference_bytes(project),
-        head=git_head(project),
-        dirty=git_dirty(project),
+        head=git_state.head if project.in_git else None,
+        dirty=git_state.dirty if project.in_git else frozenset(),
         in_git=project.in_git,
         prd=before.prd,
         prd_error=before.error,
