@@ -284,6 +284,9 @@ def test_each_iteration_parses_prd_and_progress_once_before_and_once_after(
     # Inside the iteration: prd.json after the agent; progress.txt before and after. The
     # "before" prd.json parse is the loop's own, made to pick the story.
     assert per_iteration == [{"prd": 1, "progress": 2}]
+    # The whole run: prd.json read once before the agent (the start-up check, whose parse
+    # picks the story) and once after (the checks' parse, which says the run is complete).
+    assert calls["prd"] == 2
 
 
 def test_a_prd_json_broken_by_the_agent_is_an_error_then_restored(tmp_path: Path) -> None:
