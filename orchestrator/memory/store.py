@@ -18,6 +18,7 @@ from orchestrator import fsutil, tokens
 from orchestrator.errors import PathEscapeError
 from orchestrator.memory import areas
 from orchestrator.memory.progress import Progress
+from orchestrator.memory.seen import Seen
 
 if TYPE_CHECKING:
     from orchestrator.memory.references import ReferenceStore
@@ -58,12 +59,16 @@ class Memory:
     progress_text: str
     references: list[Reference]
     encoding: str = field(default=tokens.DEFAULT_ENCODING)
+    # The references' files as read here, by stat: the snapshot before the agent reuses
+    # those still unchanged rather than read 10,000 files again.
+    seen: Seen = field(default_factory=Seen, repr=False, compare=False)
 
     @classmethod
     def load(cls, project: MemorySource) -> Memory:
         """`project` is a project.Project, or anything with root, progress_path, references
         (a ReferenceStore) and config.encoding."""
         encoding = _encoding(project)
+        seen = Seen()
         tokens.use_disk_cache(getattr(project, "logs_dir", None))
         progress_path = Path(project.progress_path)
         text = fsutil.read_text(progress_path) if fsutil.present(progress_path) else ""
@@ -71,12 +76,14 @@ class Memory:
         store = FastStore(project.references)
         refs: list[Reference] = []
         for row in progress.index_rows:
-            ref = _reference(store, row.topic, row.path, encoding, progress_path)
+            ref = _reference(store, row.topic, row.path, encoding, progress_path, seen)
             refs.append(ref)
             if ref.exists and areas.is_area(ref.text):
                 ref.is_area = True
-                refs.extend(_nested(store, ref, encoding, progress_path))
-        return cls(progress=progress, progress_text=text, references=refs, encoding=encoding)
+                refs.extend(_nested(store, ref, encoding, progress_path, seen))
+        return cls(
+            progress=progress, progress_text=text, references=refs, encoding=encoding, seen=seen
+        )
 
     def full_history_tokens(self, encoding: str | None = None) -> int:
         """What Ralph itself would load each iteration: all of progress.txt."""
@@ -125,12 +132,14 @@ class FastStore:
         return Path(self.store.resolve(index_path))
 
 
-def _nested(store: PathResolver, area: Reference, encoding: str, progress: Path) -> list[Reference]:
+def _nested(
+    store: PathResolver, area: Reference, encoding: str, progress: Path, seen: Seen | None = None
+) -> list[Reference]:
     """The topics an area reference lists (one level: they are never areas themselves)."""
     out = []
     for topic, path in areas.nested_rows(area.text):
         try:
-            ref = _reference(store, topic, path, encoding, progress)
+            ref = _reference(store, topic, path, encoding, progress, seen)
         except PathEscapeError:
             continue  # `ralph check` reports it against the area file; a prompt goes on
         ref.area = area.topic
@@ -144,7 +153,12 @@ def _encoding(project: MemorySource) -> str:
 
 
 def _reference(
-    store: PathResolver, topic: str, path: str, encoding: str, progress: Path
+    store: PathResolver,
+    topic: str,
+    path: str,
+    encoding: str,
+    progress: Path,
+    seen: Seen | None = None,
 ) -> Reference:
     try:
         file = store.resolve(path)
@@ -154,9 +168,12 @@ def _reference(
     # names it (read_text raises the FileError `fsutil.present` would), never a silently
     # empty memory. One open per file, no stat before it: 10,000 references are read here.
     try:
-        text = fsutil.read_text(file)
+        data, st = fsutil.read_bytes_stat(file)
     except FileNotFoundError:
         return Reference(topic=topic, path=path, text="", tokens=0, exists=False)
+    text = data.decode("utf-8", errors="surrogateescape")  # as fsutil.read_text
+    if seen is not None:
+        seen.add(st, text)
     return Reference(
         topic=topic, path=path, text=text, tokens=tokens.count(text, encoding), exists=True
     )

@@ -29,7 +29,8 @@ def check_references(
     snap: Snapshot, project: Project, report: CheckReport, progress: Progress | None
 ) -> None:
     store = project.references
-    after = reference_bytes(project)
+    # Only the files whose stat changed since the snapshot are read (the agent's edits).
+    after = reference_bytes(project, snap.seen)
     if _repair_references(snap, project, report, after):
         after = reference_bytes(project)  # again: repairs put the old versions back
     changed = sorted(p for p, d in after.items() if snap.references.get(p) != d)
@@ -171,7 +172,9 @@ def _check_rows(
                 row.path,
             )
             continue
-        if not target.is_file():
+        known = _known(fast, target, files)
+        # A file the folder's listing found is there: no stat per row.
+        if known is None and not target.is_file():
             report.add(
                 "index_missing_file",
                 severity,
@@ -181,7 +184,7 @@ def _check_rows(
             )
             continue
         indexed.add(target)
-        indexed |= _nested_targets(store, target, _known(fast, target, files))
+        indexed |= _nested_targets(store, target, known)
     return indexed
 
 

@@ -16,6 +16,7 @@ from orchestrator.log import get_logger
 from orchestrator.memory.findings import Finding, Severity
 from orchestrator.memory.prd import Prd
 from orchestrator.memory.progress import Progress
+from orchestrator.memory.seen import Seen
 from orchestrator.memory.store import Memory
 from orchestrator.project import Project, ensure_logs_dir
 
@@ -36,6 +37,9 @@ class Snapshot:
     prd: Prd | None = field(default=None, compare=False, repr=False)
     prd_error: str | None = None
     progress: Progress = field(default_factory=lambda: Progress.parse(""), compare=False)
+    # The references as read for `references`, by stat: the checks after the agent read
+    # again only the files whose stat changed.
+    seen: Seen = field(default_factory=Seen, compare=False, repr=False)
 
 
 class GitState(NamedTuple):
@@ -159,9 +163,15 @@ def read_or_none(path: Path) -> str | None:
         return None
 
 
-def reference_bytes(project: Project) -> dict[str, bytes]:
-    store = project.references
-    return {index_path: fsutil.read_bytes(p) for index_path, p in store.indexed_files()}
+def reference_bytes(
+    project: Project, known: Seen | None = None, into: Seen | None = None
+) -> dict[str, bytes]:
+    """Every reference's bytes by index path. `known`: files read a moment ago, reused when
+    their stat is unchanged (memory.seen); `into` records this read for the next one."""
+    files = project.references.indexed_files()
+    if known is None:
+        known = Seen()  # knows nothing: every file is read
+    return {index_path: known.read_bytes(p, into) for index_path, p in files}
 
 
 def snapshot(
@@ -187,17 +197,20 @@ def snapshot(
     else:
         progress_text = read_or_none(project.progress_path)
         progress = Progress.parse(progress_text or "")
+    seen = Seen()
+    known = memory.seen if memory is not None else None
     return Snapshot(
         taken_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         prd_text=before.text,
         progress_text=progress_text,
-        references=reference_bytes(project),
+        references=reference_bytes(project, known, into=seen),
         head=git_state.head if project.in_git else None,
         dirty=git_state.dirty if project.in_git else frozenset(),
         in_git=project.in_git,
         prd=before.prd,
         prd_error=before.error,
         progress=progress,
+        seen=seen,
     )
 
 
