@@ -12,6 +12,7 @@ import pytest
 from conftest import corpus_cases
 
 from orchestrator import fsutil
+from orchestrator.memory import progress as progress_mod
 from orchestrator.memory import seen as seen_mod
 from orchestrator.memory.prd import Prd
 from orchestrator.memory.progress import Progress
@@ -324,6 +325,34 @@ os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))
     report = verify(snap, project, "US-002")
     assert report.updated_references == ["ralph/references/auth-flow.md"]
     assert "other.md" not in opened and "auth-flow.md" in opened
+
+
+def test_an_appended_log_has_its_index_rows_read_once(
+    project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The agent appends its entry: the checks parse the new progress.txt but take the
+    index rows already read for the prompt (same table text); a table it edited is read."""
+    parsed: list[str] = []
+    real = progress_mod._parse_rows
+
+    def spy(index_text: str) -> list[progress_mod.IndexRow]:
+        parsed.append(index_text)
+        return real(index_text)
+
+    monkeypatch.setattr(progress_mod, "_parse_rows", spy)
+    snap = snapshot(project, memory=Memory.load(project))
+    agent(project, MARK_PASSED + APPEND_ENTRY + COMMIT)
+    report = verify(snap, project, "US-002")
+    assert report.ok and report.new_entries == 1 and len(parsed) == 1
+    snap = snapshot(project, memory=Memory.load(project))
+    agent(
+        project,
+        "p = P('progress.txt'); t = p.read_text()\n"
+        "p.write_text(t.replace('auth-flow.md |', 'auth-flow.md |\\n| Gone | "
+        "ralph/references/gone.md |'))\n",
+    )
+    report = verify(snap, project, "US-003")
+    assert "index_missing_file" in [f.kind for f in report.errors()] and len(parsed) == 3
 
 
 def test_deleted_files_and_folders_are_restored(project: Project) -> None:
