@@ -72,6 +72,22 @@ def test_a_file_changed_just_before_the_read_is_never_reused(
     assert first.read_bytes(p) == b"two\n" and opened == ["fresh.md"]
 
 
+def test_whole_second_timestamps_get_the_wide_window() -> None:
+    """A file system that stores seconds only (ext3, HFS+, FAT) cannot tell two writes in
+    the same second apart: such a file is trusted only once it is older than 2 s."""
+    now = time.time_ns()
+    whole = (now // 1_000_000_000 - 1) * 1_000_000_000  # a second boundary 1-2 s ago
+    fine = now - 500_000_000
+
+    def st(ns: int) -> os.stat_result:
+        return os.stat_result((0o100644, 7, 1, 1, 0, 0, 3, 0, 0, 0, 0, 0, ns, ns, ns, ns))
+
+    assert seen_mod._racy(st(whole), now)
+    assert not seen_mod._racy(st(fine), now)
+    assert seen_mod._racy(st(now - 50_000_000), now)
+    assert not seen_mod._racy(st(whole - 2_000_000_000), now)
+
+
 def test_errors_are_fsutils(tmp_path: Path) -> None:
     """A missing file or a folder in a file's place: fsutil.read_bytes's errors."""
     with pytest.raises(FileNotFoundError):

@@ -8,7 +8,8 @@ write, a `git checkout`) changes its inode, and ctime cannot be set back (`touch
 mtime only), so an unchanged stat means unchanged bytes, as git's index assumes. One
 exception, as in git ("racily clean" entries): a write within the file system's timestamp
 granularity of the read leaves the same stat, so a file whose mtime or ctime is less than
-RACY_NS before the moment reading began is never reused, it is read again.
+that granularity before the moment reading began is never reused, it is read again: RACY_NS
+for nanosecond timestamps, COARSE_RACY_NS for whole-second ones.
 """
 
 from __future__ import annotations
@@ -19,15 +20,24 @@ from pathlib import Path
 
 from orchestrator import fsutil
 
-# Files changed this close to the read (or after it) are read again: as wide as the
-# coarsest timestamps in use (FAT's 2 s; ext4, xfs, btrfs, APFS, NTFS: 10 ms or finer).
-RACY_NS = 2_000_000_000
+# Files changed this close to the read (or after it) are read again. Nanosecond timestamps
+# (ext4, xfs, btrfs, tmpfs, APFS, NTFS, exFAT) advance at least every 10 ms (the kernel's
+# clock tick); timestamps in whole seconds (ext3, HFS+, FAT's 2 s) need the wider window.
+RACY_NS = 100_000_000
+COARSE_RACY_NS = 2_000_000_000
+_SECOND = 1_000_000_000
 
 _Key = tuple[int, int, int, int, int]  # dev, inode, size, mtime_ns, ctime_ns
 
 
 def _key(st: os.stat_result) -> _Key:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _racy(st: os.stat_result, started: int) -> bool:
+    coarse = st.st_mtime_ns % _SECOND == 0 and st.st_ctime_ns % _SECOND == 0
+    window = COARSE_RACY_NS if coarse else RACY_NS
+    return max(st.st_mtime_ns, st.st_ctime_ns) >= started - window
 
 
 class Seen:
@@ -40,11 +50,7 @@ class Seen:
     def add(self, st: os.stat_result, data: bytes | str) -> None:
         """`data` was read from the open file whose fstat (taken before reading) is `st`;
         text is kept as fsutil.read_text decodes it (bytes come back exactly)."""
-        if (
-            st.st_ino
-            and st.st_ctime_ns
-            and max(st.st_mtime_ns, st.st_ctime_ns) < (self.started - RACY_NS)
-        ):
+        if st.st_ino and st.st_ctime_ns and not _racy(st, self.started):
             self._files[_key(st)] = data
 
     def get(self, st: os.stat_result) -> bytes | None:
