@@ -123,12 +123,20 @@ class FastStore:
                 elif e.is_file():
                     self.plain.add(prefix + e.name)
 
-    def resolve(self, index_path: str) -> Path:
+    def plain_rel(self, index_path: str) -> str | None:
+        """The name under the folder ("a/b.md") when `index_path` names one of its plain
+        files as listed, else None (then only `resolve` can tell)."""
         head = f"{self.rel_dir}/"
         if index_path.startswith(head) and ".." not in index_path and "\\" not in index_path:
             rel = index_path[len(head) :]
             if rel in self.plain:
-                return self.folder / rel
+                return rel
+        return None
+
+    def resolve(self, index_path: str) -> Path:
+        rel = self.plain_rel(index_path)
+        if rel is not None:
+            return self.folder / rel
         return Path(self.store.resolve(index_path))
 
 
