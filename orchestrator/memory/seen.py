@@ -60,7 +60,7 @@ class Seen:
             return data
         return data.encode("utf-8", errors="surrogateescape")
 
-    def read_bytes(self, path: Path, into: Seen | None = None) -> bytes:
+    def read_bytes(self, path: Path | str, into: Seen | None = None) -> bytes:
         """`path`'s bytes: the ones seen when its stat has not changed, else read now (the
         errors of fsutil.read_bytes). `into` records what is returned, for the next look."""
         try:

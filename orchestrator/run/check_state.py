@@ -168,7 +168,7 @@ def reference_bytes(
 ) -> dict[str, bytes]:
     """Every reference's bytes by index path. `known`: files read a moment ago, reused when
     their stat is unchanged (memory.seen); `into` records this read for the next one."""
-    files = project.references.indexed_files()
+    files = project.references.indexed_names()
     if known is None:
         known = Seen()  # knows nothing: every file is read
     return {index_path: known.read_bytes(p, into) for index_path, p in files}
