@@ -289,6 +289,36 @@ def test_each_iteration_parses_prd_and_progress_once_before_and_once_after(
     assert calls["prd"] == 2
 
 
+def test_an_attempt_that_left_prd_and_progress_untouched_parses_neither_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An agent that did not get as far as its story: prd.json and progress.txt read after
+    it are the texts read before, so their parses are reused; the checks still run."""
+    root = make_project(tmp_path / "p", 2)
+    project = locate(root)
+    prd = Prd.load(project.prd_path)
+    story = prd.next_story()
+    assert story is not None
+    ctx = Context(
+        project=project,
+        agent=get_agent("sim", project.config.agent("sim")),
+        display=Display(quiet=True),
+        run_dir=tmp_path / "run",
+        mode="indexed",
+        max_iterations=3,
+    )
+    it = Iteration(ctx, 1, story, prd)
+    parses = []
+    monkeypatch.setattr(Prd, "parse", classmethod(lambda cls, *a, **k: parses.append("prd")))
+    monkeypatch.setattr(
+        Progress, "parse", classmethod(lambda cls, *a, **k: parses.append("progress"))
+    )
+    attempt = it._assess(RunOutcome(0, "", None, False, 1.0), AgentResult(), it.start, Path("t"))
+    report = it.verify(attempt)
+    assert parses == [] and attempt.outcome_name() == "no_progress"
+    assert report.prd is prd and not report.story_passed and report.ok
+
+
 def test_a_prd_json_broken_by_the_agent_is_an_error_then_restored(tmp_path: Path) -> None:
     """The iteration's own path without a spawn: prd.json is read once after the agent
     (here: left as broken JSON), that read is an `error` attempt, and the checks reuse it to

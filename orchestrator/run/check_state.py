@@ -37,6 +37,12 @@ class Snapshot:
     prd: Prd | None = field(default=None, compare=False, repr=False)
     prd_error: str | None = None
     progress: Progress = field(default_factory=lambda: Progress.parse(""), compare=False)
+
+    @property
+    def prd_state(self) -> PrdState:
+        """prd.json as the snapshot read it."""
+        return PrdState(self.prd_text, self.prd, self.prd_error)
+
     # The references as read for `references`, by stat: the checks after the agent read
     # again only the files whose stat changed.
     seen: Seen = field(default_factory=Seen, compare=False, repr=False)
@@ -60,13 +66,17 @@ class PrdState:
     error: str | None = None
 
     @classmethod
-    def read(cls, path: Path) -> PrdState:
+    def read(cls, path: Path, before: PrdState | None = None) -> PrdState:
+        """`before`: prd.json as read earlier; the same text keeps its parse (a Prd is never
+        edited in place: changes go to a new parse)."""
         text = read_or_none(path)
         if text is None:  # missing, or a folder: Prd.load's message says which
             try:
                 Prd.load(path)
             except InputError as exc:
                 return cls(None, None, str(exc))
+        if before is not None and text is not None and text == before.text:
+            return before
         return cls.of(text, path)
 
     @classmethod

@@ -296,7 +296,8 @@ class Iteration:
         transcript: Path,
     ) -> Attempt:
         passed = all_passed = False
-        after = PrdState.read(Path(self.project.prd_path))
+        # Unchanged (an attempt that did not get as far as its story): the snapshot's parse.
+        after = PrdState.read(Path(self.project.prd_path), before=self.snapshot.prd_state)
         problem = after.error  # set whenever prd.json did not parse
         if after.prd is not None:
             try:
