@@ -15,6 +15,7 @@ interrupted and leaves every file as it was. The CLI (commands/run.py) only pars
 from __future__ import annotations
 
 import contextlib
+import gc
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -78,8 +79,14 @@ def run(project: Project, options: RunOptions | None = None) -> RunSummary:
     """Run the loop on `project`. Raises FatalError subclasses for budget (3), stuck (4),
     interrupted (128 + signal) and input/config problems (2)."""
     options = options or RunOptions()
-    with lock.project_lock(project, command="ralph run"), runner.stop_signals_interrupt():
-        return Loop(project, options).run()
+    try:
+        with lock.project_lock(project, command="ralph run"), runner.stop_signals_interrupt():
+            return Loop(project, options).run()
+    finally:
+        # The command ends here: what the run made is put out of the cyclic collector's
+        # reach, so the collections at exit do not walk it (with 10,000 references that
+        # walk cost 0.4 s of CPU). Objects are still freed by their reference counts.
+        gc.freeze()
 
 
 def _crashed(rec: IterationRecord) -> bool:
