@@ -139,6 +139,13 @@ class FastStore:
             return self.folder / rel
         return Path(self.store.resolve(index_path))
 
+    def resolve_name(self, index_path: str) -> str | Path:
+        """`resolve`, a plain file as a string (reading needs no Path object)."""
+        rel = self.plain_rel(index_path)
+        if rel is not None:
+            return f"{self.folder}{os.sep}{rel}" if os.sep == "/" else self.folder / rel
+        return Path(self.store.resolve(index_path))
+
 
 def _nested(
     store: PathResolver, area: Reference, encoding: str, progress: Path, seen: Seen | None = None
@@ -169,7 +176,7 @@ def _reference(
     seen: Seen | None = None,
 ) -> Reference:
     try:
-        file = store.resolve(path)
+        file = store.resolve_name(path) if isinstance(store, FastStore) else store.resolve(path)
     except PathEscapeError as e:
         raise PathEscapeError(f"{progress}: Progress Index row {topic!r}: {e}") from None
     # An unreadable reference (permissions, a folder or FIFO in its place) is an error that
