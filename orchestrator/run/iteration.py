@@ -327,7 +327,7 @@ class Iteration:
     def verify(self, attempt: Attempt) -> checks.CheckReport:
         """Post-story checks (they repair lost history); `all_passed` follows prd.json as
         the checks leave it, since a repair may have restored it."""
-        with prompt.gc_paused():  # reads every reference and the index again
+        with prompt.gc_paused():  # the index and every reference whose stat changed
             self.report = checks.verify(
                 self.snapshot,
                 self.project,
