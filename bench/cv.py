@@ -33,6 +33,7 @@ import cv_data as cd  # noqa: E402
 
 from orchestrator import tokens as tok  # noqa: E402
 from orchestrator.run import select as sel  # noqa: E402
+from orchestrator.run import semantic  # noqa: E402
 
 FOLDS = 5
 RECALL_FLOOR = 0.90
@@ -40,8 +41,9 @@ CUTOFFS = [0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.8]
 GRID = {
     "blend": [0.2],
     "recency": [0.2, 0.35],
-    "files": [0.25, 0.5],
+    "files": [0.25, 0.5, 0.75],
     "semantic": [0.0, 0.3],
+    "feedback": [3, 8],
     "share": [0.1, 0.15, 0.25],
     "floor": [0.0],
 }
@@ -50,6 +52,7 @@ QUICK = {
     "recency": [0.2],
     "files": [0.25],
     "semantic": [0.0],
+    "feedback": [3],
     "share": [0.25],
     "floor": [0.0],
 }
@@ -97,9 +100,13 @@ def load_cases(corpus: Path, args: argparse.Namespace) -> list[cd.Case]:
 
 
 def settings(grid: dict[str, list[float]]) -> list[Setting]:
-    keys = ("blend", "recency", "files", "semantic", "share", "floor")
+    keys = ("blend", "recency", "files", "semantic", "feedback", "share", "floor")
     return [
-        Setting(sel.Weights(blend=v[0], recency=v[1], files=v[2], semantic=v[3]), v[4], v[5])
+        Setting(
+            sel.Weights(blend=v[0], recency=v[1], files=v[2], semantic=v[3], feedback=int(v[4])),
+            v[5],
+            v[6],
+        )
         for v in itertools.product(*(grid[k] for k in keys))
     ]
 
@@ -189,7 +196,10 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     cases = load_cases(args.corpus, args)
     t_load = time.perf_counter() - t0
-    ws = settings({**(QUICK if args.quick else GRID), **args.grid})
+    grid = {**(QUICK if args.quick else GRID), **args.grid}
+    if not semantic.available():  # without wordllama a semantic weight changes nothing
+        grid["semantic"] = [0.0]
+    ws = settings(grid)
     table = score_table(cases, ws, CUTOFFS)
     counts: dict[str, int] = {}
     for c in cases:
@@ -231,6 +241,7 @@ def consensus(ws: list[Setting], cutoffs: list[float], cv: list[dict]) -> dict[s
         "recency": statistics.median(p[0].weights.recency for p in picks),
         "files": statistics.median(p[0].weights.files for p in picks),
         "semantic": statistics.median(p[0].weights.semantic for p in picks),
+        "feedback": statistics.median(p[0].weights.feedback for p in picks),
         "share": statistics.median(p[0].share for p in picks),
     }
 

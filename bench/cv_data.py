@@ -175,6 +175,7 @@ def real(c: Case, w: sel.Weights, share: float) -> dict[str, Any]:
         recency=w.recency,
         files=w.files,
         semantic=w.semantic,
+        feedback=w.feedback,
         ref_share=share,
     )
     got = pr.build_indexed(inp, with_counterfactual=False)

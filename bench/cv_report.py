@@ -89,6 +89,7 @@ def _fold_rows(cases, t, ws, cutoffs, cv_) -> list[dict[str, Any]]:  # type: ign
                     "recency": w.recency,
                     "files": w.files,
                     "semantic": w.semantic,
+                    "feedback": w.feedback,
                     "share": st.share,
                     "floor": st.floor,  # bench only: the real path has no floor
                 },
@@ -104,7 +105,7 @@ def _fold_rows(cases, t, ws, cutoffs, cv_) -> list[dict[str, Any]]:  # type: ign
 
 
 def _with_cutoff(w: sel.Weights, cut: float) -> sel.Weights:
-    return sel.Weights(cut, w.blend, w.recency, w.files, w.semantic)
+    return sel.Weights(cut, w.blend, w.recency, w.files, w.semantic, w.feedback)
 
 
 def result(cases, t, ws, cutoffs, folds, cv_) -> dict[str, Any]:  # type: ignore[no-untyped-def]
@@ -194,7 +195,8 @@ def _fold_lines(folds: list[dict[str, Any]]) -> list[str]:
         c, tr, ho, rp = f["chosen"], f["train"], f["held_out"], f["held_out_real_path"]
         lines.append(
             f"| {f['fold']} | cut-off {c['cutoff']}, blend {c['blend']}, recency "
-            f"{c['recency']}, files {c['files']}, semantic {c['semantic']}, share "
+            f"{c['recency']}, files {c['files']}, feedback {c['feedback']}, semantic "
+            f"{c['semantic']}, share "
             f"{c['share']} | {_fmt(tr['median_memory_ratio'])} / "
             f"{_fmt(tr['median_recall'])} | {_fmt(ho['median_memory_ratio'])} / "
             f"{_fmt(ho['median_recall'])} | {_fmt(rp['median_memory_ratio'])} / "

@@ -29,6 +29,7 @@ is often shared: CPU seconds are the steadier figure, wall seconds say what a us
 from __future__ import annotations
 
 import argparse
+import compileall
 import contextlib
 import json
 import math
@@ -519,6 +520,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     for flag, where in (("--baseline", args.baseline), ("--source", args.source)):
         if where is not None and not (where / "orchestrator").is_dir():
             ap.error(f"{flag} {where}: no orchestrator/ package there")
+        if where is not None:
+            # As installed (pip writes bytecode): else, with PYTHONDONTWRITEBYTECODE set,
+            # every run would compile every module again.
+            compileall.compile_dir(where / "orchestrator", quiet=1)
     if args.quick:
         args.repeats = 1
         args.history = args.history or list(QUICK_HISTORY)

@@ -4,35 +4,42 @@ Precedence: a command-line flag (an `overrides` entry that is not None) beats ra
 which beats the defaults below. Unknown keys do not stop a run: they become warnings that
 name the nearest valid key, because a typo should be fixed but should not cost a night's
 loop. Wrong types and values are fatal (`ConfigError`) and name the file, the key path, what
-is expected and what was found. The annotated reference is `ralph.yaml` at the repo root
-(shipped as `templates/ralph.yaml`); tests keep both in step with these models.
+is expected and what was found; every wrong key is reported, not only the first. The
+annotated reference is `ralph.yaml` at the repo root (shipped as `templates/ralph.yaml`);
+tests keep both in step with these models.
+
+The models are msgspec Structs: every command reads the config, and msgspec imports and
+builds them in a few milliseconds where pydantic took a quarter of a second of start-up.
+msgspec decides what is valid (`msgspec.convert`, strict: YAML already yields typed values,
+so "10" for an integer is a mistake to report, not to coerce, and `true` is never 1); this
+module walks the data key by key so that each wrong value gets its own message in words.
 """
 
 from __future__ import annotations
 
-import difflib
+import contextlib
+import functools
+import hashlib
+import marshal
 import math
 import os
 import re
 import shlex
-from collections.abc import Hashable, Mapping
+import sys
+import types
+from collections.abc import Callable, Hashable, Mapping
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union, get_args, get_origin
 
-import yaml
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    PrivateAttr,
-    ValidationError,
-    ValidationInfo,
-    field_validator,
-)
+import msgspec
+from msgspec import Meta, field
 
 from orchestrator import fsutil
 from orchestrator.errors import ConfigError
 from orchestrator.log import get_logger
+
+if TYPE_CHECKING:
+    import yaml
 
 log = get_logger()
 
@@ -45,10 +52,25 @@ HOUR, DAY, WEEK = 3600, 86400, 7 * 86400  # upper bounds of durations (seconds)
 _EXPONENT = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)[eE][-+]?\d+")
 
 
+def _unwrap(annotation: Any) -> tuple[Any, Meta | None, bool]:
+    """(type, its msgspec Meta or None, nullable) of `Annotated[T, Meta(...)] | None`."""
+    nullable = False
+    args = get_args(annotation)
+    if get_origin(annotation) in (Union, types.UnionType) and type(None) in args:
+        nullable = True
+        rest = [a for a in args if a is not type(None)]
+        annotation = rest[0] if len(rest) == 1 else Union[tuple(rest)]  # noqa: UP007
+    meta = None
+    if get_origin(annotation) is Annotated:
+        annotation, *extras = get_args(annotation)
+        meta = next((m for m in extras if isinstance(m, Meta)), None)
+    return annotation, meta, nullable
+
+
 def _numeric_kinds(annotation: Any) -> set[type]:
-    """The number types a field accepts (int, float), through `X | None`."""
-    args = get_args(annotation) or (annotation,)
-    return {a for a in args if a in (int, float)}
+    """The number types a field accepts (int, float), through `X | None` and `Annotated`."""
+    base = _unwrap(annotation)[0]
+    return {a for a in (get_args(base) or (base,)) if a in (int, float)}
 
 
 def _argv(v: Any, example: str) -> Any:
@@ -62,84 +84,60 @@ def _argv(v: Any, example: str) -> Any:
     return v
 
 
-class _Section(BaseModel):
-    # strict: YAML already yields typed values, so "10" for an integer is a mistake to
-    # report, not to coerce (and `true` must never become 1). No inf/nan: every number is
-    # a count, a duration or an amount, and each has a finite range (le=) so nothing
-    # downstream (time.sleep, datetime arithmetic) can overflow.
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
-
-    @field_validator("*", mode="before")
-    @classmethod
-    def _exponent_numbers(cls, v: Any, info: ValidationInfo) -> Any:
-        if not isinstance(v, str) or not _EXPONENT.fullmatch(v.strip()):
-            return v
-        field = cls.model_fields.get(info.field_name or "")
-        kinds = _numeric_kinds(field.annotation) if field else set()
-        if not kinds:
-            return v
-        number = float(v)
-        if int in kinds and float not in kinds and number.is_integer():
-            return int(number)
-        return number
+# Every number is a count, a duration or an amount: each has a finite range (le=), so no
+# .inf or .nan gets through and nothing downstream (time.sleep, datetime arithmetic) can
+# overflow. Unknown keys never reach msgspec (they are warnings, see _prune_unknown).
+class _Section(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    def model_dump(self) -> dict[str, Any]:
+        """The settings as plain data (sections as dicts), e.g. for the ledger."""
+        out: dict[str, Any] = msgspec.to_builtins(self)
+        return out
 
 
-class ReferencesConfig(_Section):
+class ReferencesConfig(_Section, frozen=True):
     dir: str = "ralph/references"
-    always: list[str] = Field(default_factory=list)
-    max_tokens: int = Field(800, ge=1, le=1_000_000)
-    max_topics: int = Field(60, ge=2, le=100_000)
-    stale_after: int | None = Field(15, ge=1, le=1_000_000)
-
-    @field_validator("dir")
-    @classmethod
-    def _relative_inside(cls, v: str) -> str:
-        if fsutil.relative_inside(v) is None:
-            raise ValueError("must be a relative folder inside the project (e.g. ralph/references)")
-        return v
+    always: list[str] = field(default_factory=list)
+    max_tokens: Annotated[int, Meta(ge=1, le=1_000_000)] = 800
+    max_topics: Annotated[int, Meta(ge=2, le=100_000)] = 60
+    stale_after: Annotated[int, Meta(ge=1, le=1_000_000)] | None = 15
 
 
-class LogConfig(_Section):
+class LogConfig(_Section, frozen=True):
     dir: str = "ralph/logs"
-    keep_entries: int = Field(20, ge=0, le=1_000_000)
+    keep_entries: Annotated[int, Meta(ge=0, le=1_000_000)] = 20
 
 
-class BudgetConfig(_Section):
-    prompt_tokens: int = Field(16000, ge=1, le=10_000_000)
-    run_tokens: int | None = Field(None, ge=1, le=10**15)
-    run_cost_usd: float | None = Field(None, gt=0, le=1_000_000)
-    warn_at: float = Field(0.8, gt=0, le=1)
+class BudgetConfig(_Section, frozen=True):
+    prompt_tokens: Annotated[int, Meta(ge=1, le=10_000_000)] = 16000
+    run_tokens: Annotated[int, Meta(ge=1, le=10**15)] | None = None
+    run_cost_usd: Annotated[float, Meta(gt=0, le=1_000_000)] | None = None
+    warn_at: Annotated[float, Meta(gt=0, le=1)] = 0.8
 
 
-class TimeoutsConfig(_Section):
-    iteration: int | None = Field(3600, ge=1, le=WEEK)
-    idle: int | None = Field(900, ge=1, le=WEEK)
+class TimeoutsConfig(_Section, frozen=True):
+    iteration: Annotated[int, Meta(ge=1, le=WEEK)] | None = 3600
+    idle: Annotated[int, Meta(ge=1, le=WEEK)] | None = 900
 
 
-class LimitsConfig(_Section):
-    max_wait: int = Field(21600, ge=0, le=WEEK)
-    fallback_wait: int = Field(900, ge=0, le=DAY)
+class LimitsConfig(_Section, frozen=True):
+    max_wait: Annotated[int, Meta(ge=0, le=WEEK)] = 21600
+    fallback_wait: Annotated[int, Meta(ge=0, le=DAY)] = 900
     # First wait after a reset that has already passed (the message persists); doubles on
     # each recheck, up to fallback_wait.
-    recheck: int = Field(60, ge=1, le=DAY)
+    recheck: Annotated[int, Meta(ge=1, le=DAY)] = 60
 
 
-class RetriesConfig(_Section):
-    transient: int = Field(3, ge=0, le=100)
-    backoff: float = Field(30, ge=0, le=HOUR)
+class RetriesConfig(_Section, frozen=True):
+    transient: Annotated[int, Meta(ge=0, le=100)] = 3
+    backoff: Annotated[float, Meta(ge=0, le=HOUR)] = 30
 
 
-class AgentConfig(_Section):
+class AgentConfig(_Section, frozen=True):
     command: list[str] | None = None
     model: str | None = None
-    args: list[str] = Field(default_factory=list)
-    env: dict[str, str] = Field(default_factory=dict)
+    args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
     prompt: Literal["stdin", "file", "argument"] | None = None
-
-    @field_validator("command", mode="before")
-    @classmethod
-    def _split_command(cls, v: Any) -> Any:
-        return _argv(v, "e.g. [claude] or 'npx amp'")
 
 
 NotifyEvent = Literal[
@@ -155,65 +153,44 @@ NOTIFY_EVENTS: tuple[NotifyEvent, ...] = (
 )
 
 
-class NotifyConfig(_Section):
-    urls: list[str] = Field(default_factory=list)
+class NotifyConfig(_Section, frozen=True):
+    urls: list[str] = field(default_factory=list)
     command: list[str] | None = None
-    events: list[NotifyEvent] = Field(default_factory=lambda: list(NOTIFY_EVENTS))
-    timeout: float = Field(10, gt=0, le=DAY)
-
-    @field_validator("command", mode="before")
-    @classmethod
-    def _split_command(cls, v: Any) -> Any:
-        return _argv(v, "e.g. [notify-send, '{title}']")
+    events: list[NotifyEvent] = field(default_factory=lambda: list(NOTIFY_EVENTS))
+    timeout: Annotated[float, Meta(gt=0, le=DAY)] = 10
 
 
-class Config(_Section):
+# dict=True: room for the loading facts below (warnings, source file), which are not settings.
+class Config(_Section, frozen=True, dict=True):
     tool: str = "amp"
-    max_iterations: int = Field(10, ge=1, le=1_000_000)
+    max_iterations: Annotated[int, Meta(ge=1, le=1_000_000)] = 10
     ralph_dir: str | None = None
     mode: Literal["auto", "indexed", "full"] = "auto"
     encoding: Literal["o200k_base", "cl100k_base"] = "o200k_base"
     template: str | None = None
-    references: ReferencesConfig = Field(default_factory=ReferencesConfig)
-    log: LogConfig = Field(default_factory=LogConfig)
-    budget: BudgetConfig = Field(default_factory=BudgetConfig)
+    references: ReferencesConfig = field(default_factory=ReferencesConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+    budget: BudgetConfig = field(default_factory=BudgetConfig)
     checks: Literal["warn", "retry", "fail"] = "warn"
-    timeouts: TimeoutsConfig = Field(default_factory=TimeoutsConfig)
-    limits: LimitsConfig = Field(default_factory=LimitsConfig)
-    retries: RetriesConfig = Field(default_factory=RetriesConfig)
-    stuck_after: int = Field(3, ge=1, le=1_000_000)
-    sleep_between: float = Field(2, ge=0, le=DAY)
+    timeouts: TimeoutsConfig = field(default_factory=TimeoutsConfig)
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
+    retries: RetriesConfig = field(default_factory=RetriesConfig)
+    stuck_after: Annotated[int, Meta(ge=1, le=1_000_000)] = 3
+    sleep_between: Annotated[float, Meta(ge=0, le=DAY)] = 2
     compat: bool = False  # ralph.sh's exit codes and console lines
-    notify: NotifyConfig = Field(default_factory=NotifyConfig)
-    agents: dict[str, AgentConfig] = Field(default_factory=dict)
-
-    _warnings: list[str] = PrivateAttr(default_factory=list)
-    _path: Path | None = PrivateAttr(default=None)
-
-    @field_validator("tool")
-    @classmethod
-    def _tool_named(cls, v: str) -> str:
-        if not v.strip():
-            raise ValueError("must name an agent (e.g. claude, amp, codex)")
-        return v
-
-    @field_validator("agents", mode="before")
-    @classmethod
-    def _empty_agent_ok(cls, v: Any) -> Any:
-        # `agents: {claude: }` (a bare name) means "defaults for claude".
-        if isinstance(v, dict):
-            return {k: ({} if a is None else a) for k, a in v.items()}
-        return v
+    notify: NotifyConfig = field(default_factory=NotifyConfig)
+    agents: dict[str, AgentConfig] = field(default_factory=dict)
 
     @property
     def warnings(self) -> list[str]:
         """Unknown-key warnings found while loading (empty for defaults)."""
-        return list(self._warnings)
+        return list(getattr(self, "_warnings", ()))
 
     @property
     def path(self) -> Path | None:
         """The ralph.yaml this came from, or None when only defaults and flags were used."""
-        return self._path
+        found: Path | None = getattr(self, "_path", None)
+        return found
 
     def agent(self, name: str) -> AgentConfig:
         """The settings for one agent (defaults when ralph.yaml has none)."""
@@ -223,29 +200,35 @@ class Config(_Section):
 # --------------------------------------------------------------------------- key checking
 
 
-def _sections() -> dict[str, type[BaseModel]]:
+def _sections() -> dict[str, type[_Section]]:
     return {
-        name: f.annotation
-        for name, f in Config.model_fields.items()
-        if isinstance(f.annotation, type) and issubclass(f.annotation, BaseModel)
+        f.name: f.type
+        for f in msgspec.structs.fields(Config)
+        if isinstance(f.type, type) and issubclass(f.type, _Section)
     }
+
+
+def _names(model: type[_Section]) -> list[str]:
+    return [f.name for f in msgspec.structs.fields(model)]
 
 
 def known_keys() -> list[str]:
     """Every valid dotted key (agents as `agents.<name>.<key>`), in declaration order."""
     keys: list[str] = []
     sections = _sections()
-    for name in Config.model_fields:
+    for name in _names(Config):
         if name in sections:
-            keys += [f"{name}.{k}" for k in sections[name].model_fields]
+            keys += [f"{name}.{k}" for k in _names(sections[name])]
         elif name == "agents":
-            keys += [f"agents.<name>.{k}" for k in AgentConfig.model_fields]
+            keys += [f"agents.<name>.{k}" for k in _names(AgentConfig)]
         else:
             keys.append(name)
     return keys
 
 
 def _unknown(key: str, valid: list[str], prefix: str) -> str:
+    import difflib  # only for a ralph.yaml with an unknown key
+
     full = f"{prefix}{key}"
     guess = difflib.get_close_matches(str(key), valid, n=1, cutoff=0.6)
     hint = f" (did you mean '{prefix}{guess[0]}'?)" if guess else ""
@@ -257,7 +240,7 @@ def _prune_unknown(raw: dict[Any, Any]) -> tuple[dict[str, Any], list[str]]:
     found: list[str] = []
     clean: dict[str, Any] = {}
     sections = _sections()
-    top = list(Config.model_fields)
+    top = _names(Config)
     for key, value in raw.items():
         if key not in top:
             # A misspelt section name is often a real key at the wrong level.
@@ -267,15 +250,13 @@ def _prune_unknown(raw: dict[Any, Any]) -> tuple[dict[str, Any], list[str]]:
             # `budget:` with every sub-key commented out: the section's defaults.
             continue
         if key in sections and isinstance(value, dict):
-            value, sub = _prune_section(value, list(sections[key].model_fields), f"{key}.")
+            value, sub = _prune_section(value, _names(sections[key]), f"{key}.")
             found += sub
         elif key == "agents" and isinstance(value, dict):
             agents: dict[str, Any] = {}
             for name, spec in value.items():
                 if isinstance(spec, dict):
-                    spec, sub = _prune_section(
-                        spec, list(AgentConfig.model_fields), f"agents.{name}."
-                    )
+                    spec, sub = _prune_section(spec, _names(AgentConfig), f"agents.{name}.")
                     found += sub
                 agents[str(name)] = spec
             value = agents
@@ -294,26 +275,33 @@ def _prune_section(
 # --------------------------------------------------------------------------- YAML reading
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate keys (PyYAML silently keeps the last one)."""
+@functools.cache
+def _strict_loader() -> type[yaml.SafeLoader]:
+    """SafeLoader that refuses duplicate keys (PyYAML silently keeps the last one).
 
+    PyYAML is imported here, not at the top: a project without ralph.yaml (and every
+    command that reads no config) never pays for it."""
+    import yaml
 
-def _construct_mapping(
-    loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False
-) -> dict[Hashable, Any]:
-    seen: dict[Any, Any] = {}
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)
-        if key in seen:
-            mark = key_node.start_mark
-            raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key '{key}' (remove one of them)", mark
-            )
-        seen[key] = True
-    return loader.construct_mapping(node, deep=deep)
+    class StrictLoader(yaml.SafeLoader):
+        pass
 
+    def construct_mapping(
+        loader: StrictLoader, node: yaml.MappingNode, deep: bool = False
+    ) -> dict[Hashable, Any]:
+        seen: dict[Any, Any] = {}
+        for key_node, _ in node.value:
+            key = loader.construct_object(key_node, deep=deep)
+            if key in seen:
+                mark = key_node.start_mark
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key '{key}' (remove one of them)", mark
+                )
+            seen[key] = True
+        return loader.construct_mapping(node, deep=deep)
 
-_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+    StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, construct_mapping)
+    return StrictLoader
 
 
 def display_path(path: Path) -> str:
@@ -327,14 +315,27 @@ def display_path(path: Path) -> str:
 def read_yaml(path: Path) -> dict[str, Any]:
     """Parse ralph.yaml into a dict; an empty file is an empty config."""
     shown = display_path(path)
+    data = fsutil.read_bytes(path)
+    cache = _ParseCache(path)
+    parsed = cache.get(data)
+    if parsed is not None:
+        return parsed
     try:
-        text = fsutil.read_bytes(path).decode("utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError(
             f"{shown}: not UTF-8 text (byte {exc.start}); save the file as UTF-8"
         ) from exc
+    parsed = _parse_yaml(text, shown)
+    cache.put(data, parsed)
+    return parsed
+
+
+def _parse_yaml(text: str, shown: str) -> dict[str, Any]:
+    import yaml  # see _strict_loader
+
     try:
-        data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - SafeLoader subclass
+        data = yaml.load(text, Loader=_strict_loader())  # noqa: S506 - SafeLoader subclass
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"{shown}:{mark.line + 1}:{mark.column + 1}" if mark else shown
@@ -352,23 +353,210 @@ def read_yaml(path: Path) -> dict[str, Any]:
     return data
 
 
-# --------------------------------------------------------------------------- errors
+class _ParseCache:
+    """What PyYAML made of a ralph.yaml, kept in the user's cache with the file's exact
+    bytes: every command reads the config, and a later one reading the same bytes skips
+    PyYAML's import and parse (~15% of `ralph status`). Any edit changes the bytes, so a
+    stale entry is never used; only a successful parse is kept. marshal holds exactly the
+    types a parse yields (dict, list, str, int, float, bool, None, bytes, set); a file with
+    one it cannot hold (a date) is simply parsed each time."""
 
-_EXPECTED = {
-    "int_type": "an integer",
-    "int_parsing": "an integer",
-    "int_from_float": "an integer",
-    "float_type": "a number",
-    "float_parsing": "a number",
-    "finite_number": "a finite number (not .inf or .nan)",
-    "bool_type": "true or false",
-    "bool_parsing": "true or false",
-    "string_type": "a string",
-    "list_type": "a list",
-    "dict_type": "a mapping",
-    "model_type": "a mapping of settings",
-    "model_attributes_type": "a mapping of settings",
+    FORMAT = (1, marshal.version, sys.version_info[:2])
+
+    def __init__(self, path: Path) -> None:
+        key = str(Path(path).resolve()).encode("utf-8", "surrogateescape")
+        name = hashlib.blake2b(key, digest_size=8).hexdigest()
+        self.file = fsutil.user_cache_dir() / "config" / f"{name}.marshal"
+
+    def get(self, data: bytes) -> dict[str, Any] | None:
+        try:
+            fmt, source, parsed = marshal.loads(self.file.read_bytes())
+        except (OSError, EOFError, ValueError, TypeError):
+            return None  # none yet, or damaged: it is only a cache
+        if fmt != self.FORMAT or source != data or not isinstance(parsed, dict):
+            return None
+        return parsed
+
+    def put(self, data: bytes, parsed: dict[str, Any]) -> None:
+        # Imported on a miss only: redaction's patterns are not needed to read a config.
+        from orchestrator.redact import redact
+
+        text = data.decode("utf-8", "surrogateescape")
+        if redact(text) != text:
+            return  # a token (a notify URL's, say) is not copied out of the user's file
+        try:
+            blob = marshal.dumps((self.FORMAT, data, parsed))
+        except ValueError:
+            return
+        with contextlib.suppress(OSError):  # a read-only cache costs speed, nothing else
+            fsutil.atomic_write_bytes(self.file, blob)
+
+
+# --------------------------------------------------------------------------- validation
+
+_Loc = tuple[Any, ...]
+
+
+class _Problem(msgspec.Struct, frozen=True):
+    """One wrong value: where it is, what it must be ("must be an integer"), what it was."""
+
+    loc: _Loc
+    message: str
+    value: Any
+
+
+def _tool_named(v: str) -> str:
+    if not v.strip():
+        raise ValueError("must name an agent (e.g. claude, amp, codex)")
+    return v
+
+
+def _relative_inside(v: str) -> str:
+    clean = fsutil.relative_inside(v)
+    if clean is None:
+        raise ValueError("must be a relative folder inside the project (e.g. ralph/references)")
+    if all(part == "." for part in clean.parts):
+        # Every file of the project would read as an unindexed reference.
+        raise ValueError(
+            "must be a folder of its own, not the project root (e.g. ralph/references)"
+        )
+    return v
+
+
+def _empty_agents_ok(v: Any) -> Any:
+    # `agents: {claude: }` (a bare name) means "defaults for claude".
+    if isinstance(v, dict):
+        return {k: ({} if a is None else a) for k, a in v.items()}
+    return v
+
+
+# Per key: a step before the type check (may reshape the value) and one after it (checks
+# what a type cannot say). Either raises ValueError with the fix.
+_Hook = Callable[[Any], Any]
+_BEFORE: dict[tuple[type[_Section], str], _Hook] = {
+    (AgentConfig, "command"): lambda v: _argv(v, "e.g. [claude] or 'npx amp'"),
+    (NotifyConfig, "command"): lambda v: _argv(v, "e.g. [notify-send, '{title}']"),
+    (Config, "agents"): _empty_agents_ok,
 }
+_AFTER: dict[tuple[type[_Section], str], _Hook] = {
+    (Config, "tool"): _tool_named,
+    (ReferencesConfig, "dir"): _relative_inside,
+}
+
+
+def _exponent_number(annotation: Any, v: Any) -> Any:
+    """`5e3` (a string to YAML 1.1) as the number it means, for a numeric key."""
+    if not isinstance(v, str) or not _EXPONENT.fullmatch(v.strip()):
+        return v
+    kinds = _numeric_kinds(annotation)
+    if not kinds:
+        return v
+    number = float(v)
+    if int in kinds and float not in kinds and number.is_integer():
+        return int(number)
+    return number
+
+
+def _check_struct(
+    model: type[_Section], raw: dict[str, Any], loc: _Loc, out: list[_Problem]
+) -> dict[str, Any]:
+    """The keys of `raw` (known ones only: see _prune_unknown) checked against `model`."""
+    clean: dict[str, Any] = {}
+    for f in msgspec.structs.fields(model):
+        if f.name not in raw:
+            continue
+        where = (*loc, f.name)
+        value = _exponent_number(f.type, raw[f.name])
+        try:
+            value = _BEFORE.get((model, f.name), _same)(value)
+        except ValueError as exc:
+            out.append(_Problem(where, str(exc), value))
+            continue
+        before = len(out)
+        value = _check_value(f.type, value, where, out)
+        after = _AFTER.get((model, f.name))
+        if after is not None and len(out) == before:
+            try:
+                value = after(value)
+            except ValueError as exc:
+                out.append(_Problem(where, str(exc), value))
+        clean[f.name] = value
+    return clean
+
+
+def _same(v: Any) -> Any:
+    return v
+
+
+def _check_value(annotation: Any, value: Any, loc: _Loc, out: list[_Problem]) -> Any:
+    base, meta, nullable = _unwrap(annotation)
+    if value is None and nullable:
+        return None
+    if isinstance(base, type) and issubclass(base, _Section):
+        if not isinstance(value, dict):
+            out.append(_Problem(loc, "must be a mapping of settings", value))
+            return value
+        return _check_struct(base, value, loc, out)
+    origin = get_origin(base)
+    if origin is list:
+        if not isinstance(value, list):
+            out.append(_Problem(loc, "must be a list", value))
+            return value
+        (item,) = get_args(base)
+        return [_check_value(item, v, (*loc, i), out) for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            out.append(_Problem(loc, "must be a mapping", value))
+            return value
+        key_type, item = get_args(base)
+        checked = {}
+        for k, v in value.items():
+            _check_value(key_type, k, (*loc, k, "[key]"), out)
+            checked[k] = _check_value(item, v, (*loc, k), out)
+        return checked
+    try:
+        msgspec.convert(value, base if meta is None else Annotated[base, meta])
+    except msgspec.ValidationError:
+        out.append(_Problem(loc, _expected(base, meta, value), value))
+    return value
+
+
+def _expected(base: Any, meta: Meta | None, value: Any) -> str:
+    """What a scalar must be, in words, given that msgspec refused `value`."""
+    if get_origin(base) is Literal:
+        return f"must be one of {_one_of(get_args(base))}"
+    if base is bool:
+        return "must be true or false"
+    if base is str:
+        return "must be a string"
+    if base is int and type(value) is not int:
+        return "must be an integer"
+    if base is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return "must be a number"
+        if not math.isfinite(value):
+            return "must be a finite number (not .inf or .nan)"
+    for bound, words, fails in _BOUNDS:
+        limit = getattr(meta, bound, None)
+        if limit is not None and fails(value, limit):
+            return f"must be {words} {_num(limit)}"
+    return "is invalid"
+
+
+_BOUNDS: tuple[tuple[str, str, Callable[[Any, Any], bool]], ...] = (
+    ("ge", "at least", lambda v, b: v < b),
+    ("gt", "more than", lambda v, b: v <= b),
+    ("le", "at most", lambda v, b: v > b),
+    ("lt", "less than", lambda v, b: v >= b),
+)
+
+
+def _one_of(choices: tuple[Any, ...]) -> str:
+    shown = [repr(c) for c in choices]
+    return shown[0] if len(shown) == 1 else ", ".join(shown[:-1]) + f" or {shown[-1]}"
+
+
+# --------------------------------------------------------------------------- errors
 
 
 def _describe(value: Any) -> str:
@@ -384,7 +572,7 @@ def _describe(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _loc(loc: tuple[Any, ...]) -> str:
+def _loc(loc: _Loc) -> str:
     out = ""
     for part in loc:
         if isinstance(part, int):
@@ -394,98 +582,66 @@ def _loc(loc: tuple[Any, ...]) -> str:
     return out
 
 
-def _message(err: Mapping[str, Any]) -> str:
-    kind = err["type"]
-    ctx = err.get("ctx") or {}
-    if kind in _EXPECTED:
-        return f"must be {_EXPECTED[kind]}"
-    if kind == "literal_error":
-        return f"must be one of {ctx.get('expected', '')}"
-    if kind in ("greater_than_equal", "greater_than", "less_than_equal", "less_than"):
-        words = {
-            "greater_than_equal": "at least",
-            "greater_than": "more than",
-            "less_than_equal": "at most",
-            "less_than": "less than",
-        }[kind]
-        bound = next(iter(ctx.values()), "")
-        shown = _num(bound) if isinstance(bound, (int, float)) and math.isfinite(bound) else bound
-        return f"must be {words} {shown}"
-    if kind == "value_error":
-        return str(ctx.get("error", err.get("msg", "")))
-    return str(err.get("msg", "is invalid")).lower()
-
-
-def _default_of(loc: tuple[Any, ...]) -> str | None:
-    model: type[BaseModel] = Config
+def _field_at(loc: _Loc) -> msgspec.structs.FieldInfo | None:
+    """The field at a key path, or None (agents.<name>.* and list items)."""
+    model: type[_Section] = Config
     for i, part in enumerate(loc):
-        field = model.model_fields.get(str(part))
-        if field is None:
-            return None
-        ann = field.annotation
-        if i < len(loc) - 1:
-            if isinstance(ann, type) and issubclass(ann, BaseModel):
-                model = ann
-                continue
-            return None
-        if field.default_factory is not None or ann is None:
-            return None
-        return yaml.safe_dump(field.default, default_flow_style=True).strip().removesuffix("...")
-    return None
-
-
-def _field_at(loc: tuple[Any, ...]) -> Any:
-    """The pydantic FieldInfo at a key path, or None (agents.<name>.* and list items)."""
-    model: type[BaseModel] = Config
-    for i, part in enumerate(loc):
-        field = model.model_fields.get(str(part))
-        if field is None:
+        found = next((f for f in msgspec.structs.fields(model) if f.name == part), None)
+        if found is None:
             return None
         if i == len(loc) - 1:
-            return field
-        ann = field.annotation
-        if not (isinstance(ann, type) and issubclass(ann, BaseModel)):
+            return found
+        if not (isinstance(found.type, type) and issubclass(found.type, _Section)):
             return None
-        model = ann
+        model = found.type
     return None
+
+
+def _default_of(loc: _Loc) -> str | None:
+    found = _field_at(loc)
+    if found is None or found.default is msgspec.NODEFAULT:
+        return None
+    import yaml  # only on the way to an error message
+
+    dumped = yaml.safe_dump(found.default, default_flow_style=True)
+    return dumped.strip().removesuffix("...")
 
 
 def _num(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else f"{value:g}"
 
 
-def _allowed(loc: tuple[Any, ...]) -> str | None:
-    """'allowed: 1 to 604800 (or null)' for a numeric key, from its Field bounds."""
-    field = _field_at(loc)
-    if field is None or not _numeric_kinds(field.annotation):
+def _allowed(loc: _Loc) -> str | None:
+    """'allowed: 1 to 604800 (or null)' for a numeric key, from its Meta bounds."""
+    found = _field_at(loc)
+    if found is None or not _numeric_kinds(found.type):
         return None
+    _, meta, nullable = _unwrap(found.type)
     lo = hi = None
-    for m in field.metadata:
-        if getattr(m, "ge", None) is not None:
-            lo = _num(m.ge)
-        elif getattr(m, "gt", None) is not None:
-            lo = f"more than {_num(m.gt)}"
-        if getattr(m, "le", None) is not None:
-            hi = _num(m.le)
-        elif getattr(m, "lt", None) is not None:
-            hi = f"less than {_num(m.lt)}"
-    kind = "an integer" if float not in _numeric_kinds(field.annotation) else "a number"
+    if meta is not None:
+        if meta.ge is not None:
+            lo = _num(meta.ge)
+        elif meta.gt is not None:
+            lo = f"more than {_num(meta.gt)}"
+        if meta.le is not None:
+            hi = _num(meta.le)
+        elif meta.lt is not None:
+            hi = f"less than {_num(meta.lt)}"
+    kind = "an integer" if float not in _numeric_kinds(found.type) else "a number"
     span = f"{lo or 'any'} to {hi}" if hi else f"{lo} or more"
-    nullable = " (or null)" if type(None) in get_args(field.annotation) else ""
-    return f"allowed: {kind}, {span}{nullable}"
+    return f"allowed: {kind}, {span}{' (or null)' if nullable else ''}"
 
 
-def _config_error(exc: ValidationError, source: str, override_keys: set[str]) -> ConfigError:
+def _config_error(problems: list[_Problem], source: str, override_keys: set[str]) -> ConfigError:
     lines = []
-    for err in exc.errors():
-        loc = tuple(err["loc"])
-        key = _loc(loc)
+    for p in problems:
+        key = _loc(p.loc)
         where = "command line" if key in override_keys else source
-        msg = f"{where}: {key} {_message(err)}, got {_describe(err.get('input'))}"
-        default = _default_of(loc)
+        msg = f"{where}: {key} {p.message}, got {_describe(p.value)}"
+        default = _default_of(p.loc)
         if default is not None and default.strip():
             msg += f" (default: {default.strip()})"
-        allowed = _allowed(loc)
+        allowed = _allowed(p.loc)
         if allowed:
             msg += f"; {allowed}"
         lines.append(msg)
@@ -535,12 +691,15 @@ def load_config(path: Path | None, overrides: Mapping[str, Any] | None = None) -
     raw, unknown = _prune_unknown(raw)
     warnings = [f"{source}: {w}" for w in unknown]
     given = _apply_overrides(raw, overrides)
-    try:
-        config = Config.model_validate(raw)
-    except ValidationError as exc:
-        raise _config_error(exc, source, given) from None
+    problems: list[_Problem] = []
+    clean = _check_struct(Config, raw, (), problems)
+    if problems:
+        raise _config_error(problems, source, given)
+    config = msgspec.convert(clean, Config)
     for w in warnings:
         log.warning(w)
-    config._warnings = warnings
-    config._path = Path(path) if source != "defaults" and path is not None else None
+    # Not settings (so never in model_dump or equality): facts about this load.
+    msgspec.structs.force_setattr(config, "_warnings", warnings)
+    if source != "defaults" and path is not None:
+        msgspec.structs.force_setattr(config, "_path", Path(path))
     return config

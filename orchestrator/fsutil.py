@@ -15,11 +15,13 @@ import shutil
 import stat
 import tempfile
 import unicodedata
-from importlib import resources
-from importlib.abc import Traversable
 from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
 
 from orchestrator.errors import FileError
+
+if TYPE_CHECKING:
+    from importlib.abc import Traversable
 
 # What to do about each errno we can meet on a user's file (the message names the file).
 _FIXES = {
@@ -101,10 +103,24 @@ def atomic_write_bytes(path: Path, data: bytes, *, backup: bool = False) -> None
         raise file_error(path, exc, "write") from None
 
 
-def _atomic_write_bytes(path: Path, data: bytes, backup: bool) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+def write_target(path: Path) -> Path:
+    """The file a write to `path` must replace: `path` itself, or, when it is a symlink, the
+    file it points to (at any depth). Renaming a temp file over the link itself would turn
+    it into a regular file and leave its target with the old text: two diverging copies."""
+    if not os.path.islink(path):
+        return path
+    try:
+        return Path(os.path.realpath(path, strict=True))
+    except FileNotFoundError:  # a dangling link: the write creates the file it names
+        return Path(os.path.realpath(path))
+
+
+def _atomic_write_bytes(link: Path, data: bytes, backup: bool) -> None:
+    path = write_target(link)
+    if path is link:
+        path.parent.mkdir(parents=True, exist_ok=True)
     if backup and path.exists():
-        shutil.copy2(path, path.with_name(path.name + ".bak"))
+        shutil.copy2(path, link.with_name(link.name + ".bak"))
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
@@ -239,11 +255,23 @@ def read_text(path: Path | str) -> str:
     return read_bytes(path).decode("utf-8", errors="surrogateescape")
 
 
+def user_cache_dir() -> Path:
+    """`$XDG_CACHE_HOME/ralph-index` (default `~/.cache/ralph-index`): caches that belong to
+    no project folder (parsed configs, token counts of projects with no log folder yet,
+    tiktoken's files)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "ralph-index"
+
+
 def shipped(package: str, source_folder: str) -> Traversable:
     """Data shipped with the package (`orchestrator.templates`, `orchestrator.bundled_examples`:
     pyproject maps the repository's `templates/` and `examples/` to them). Run from a
     source checkout, where `orchestrator/` shadows the installed package and those data
     packages do not exist, the repository's own folder."""
+    # Imported here: importlib.resources costs ~8% of a `ralph status`, which reads no
+    # shipped file.
+    from importlib import resources
+
     try:
         return resources.files(package)
     except ModuleNotFoundError:

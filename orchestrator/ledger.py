@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import secrets
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields
@@ -31,7 +30,6 @@ from typing import TYPE_CHECKING, Any
 from orchestrator import fsutil
 from orchestrator.errors import FatalError, InputError
 from orchestrator.log import get_logger
-from orchestrator.redact import Redactor
 
 if TYPE_CHECKING:
     from structlog.typing import EventDict, WrappedLogger
@@ -45,6 +43,8 @@ _FIRST_KEYS = ("event", "ts", "run_id", "iteration", "story_id")
 
 def new_run_id(now: float | None = None) -> str:
     """Sortable and unique: `20261130-055202-3f9a` (UTC time + 4 random hex digits)."""
+    import secrets  # lazy, like Ledger's imports: reading a ledger needs none of them
+
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(now if now is not None else time.time()))
     return f"{stamp}-{secrets.token_hex(2)}"
 
@@ -178,6 +178,9 @@ class Ledger:
     def __init__(self, path: Path, run_id: str | None = None) -> None:
         self.path = Path(path)
         self.run_id = run_id or new_run_id()
+        # lazy: the redaction patterns take ~5 ms to compile, and only a run writes a ledger
+        from orchestrator.redact import Redactor
+
         self._redact = Redactor()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file = _LineWriter(self.path)

@@ -13,7 +13,6 @@ Only the standard library: `cli.py` imports this module to compute the exit code
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import signal
 import sys
@@ -98,6 +97,10 @@ def stop_with_parent(parent: int) -> bool:
     False where the kernel cannot do it (not Linux, no libc)."""
     if not sys.platform.startswith("linux"):
         return False
+    # ctypes only here (the arms of `ralph ab`): cli.py imports this module for every
+    # command, `ralph --version` included.
+    import ctypes
+
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         if libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0) != 0:

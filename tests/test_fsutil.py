@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.resources
 import os
 import stat
 import subprocess
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import fsutil
+from orchestrator import errors, fsutil
 from orchestrator.fsutil import (
     atomic_write_bytes,
     atomic_write_text,
@@ -145,7 +146,7 @@ def test_shipped_data_falls_back_to_the_source_checkout(monkeypatch: pytest.Monk
     def missing(package: str) -> None:
         raise ModuleNotFoundError(package)
 
-    monkeypatch.setattr(fsutil.resources, "files", missing)
+    monkeypatch.setattr(importlib.resources, "files", missing)
     root = Path(fsutil.__file__).resolve().parent.parent  # the checkout (or site-packages)
     examples = fsutil.shipped("orchestrator.bundled_examples", "examples")
     assert Path(str(examples)) == root / "examples"
@@ -165,3 +166,26 @@ def test_examples_module_runs_from_the_clone_root(tmp_path: Path) -> None:
     )
     assert out.returncode == 0, out.stderr
     assert (tmp_path / "rb" / "ralph.yaml").is_file()
+
+
+def test_a_write_goes_through_a_symlink_which_stays_a_link(tmp_path: Path) -> None:
+    real = tmp_path / "shared" / "progress.txt"
+    real.parent.mkdir()
+    real.write_text("old\n")
+    hop = tmp_path / "hop.txt"
+    hop.symlink_to(real)
+    link = tmp_path / "ralph" / "progress.txt"
+    link.parent.mkdir()
+    link.symlink_to(os.path.relpath(hop, link.parent))  # a relative link to a link
+    atomic_write_text(link, "new\n", backup=True)
+    assert link.is_symlink() and hop.is_symlink() and real.read_text() == "new\n"
+    assert (tmp_path / "ralph" / "progress.txt.bak").read_text() == "old\n"
+    assert sorted(p.name for p in real.parent.iterdir()) == ["progress.txt"]  # no temp left
+    dangling = tmp_path / "ralph" / "prd.json"
+    dangling.symlink_to(tmp_path / "shared" / "prd.json")
+    atomic_write_text(dangling, "{}\n")  # creates the file the link names
+    assert dangling.is_symlink() and (tmp_path / "shared" / "prd.json").read_text() == "{}\n"
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    with pytest.raises(errors.FileError, match="symlink loop"):
+        atomic_write_text(loop, "x")

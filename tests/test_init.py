@@ -72,6 +72,7 @@ def test_init_in_a_git_repo_creates_everything_then_changes_nothing(tmp_path: Pa
     ignored = subprocess.run(["git", "check-ignore", "-q", "ralph/logs/ledger.jsonl"], cwd=root)
     assert ignored.returncode == 0
     (root / "ralph" / "logs" / "ledger.jsonl").unlink()
+    (root / "ralph" / "logs").rmdir()  # a log folder would rightly get the lock file
 
     again = ralph(root, "init")
     assert again.returncode == 0

@@ -7,7 +7,6 @@ from types import SimpleNamespace
 import pytest
 
 from orchestrator import tokens
-from orchestrator.errors import PathEscapeError
 from orchestrator.memory.progress import Progress, new_progress_text
 from orchestrator.memory.references import ReferenceStore
 from orchestrator.memory.store import Memory
@@ -55,12 +54,14 @@ def test_missing_progress_is_empty_memory(tmp_path: Path) -> None:
     assert not (tmp_path / "progress.txt").exists()  # loading creates nothing
 
 
-def test_escaping_row_raises_naming_progress_and_row(tmp_path: Path) -> None:
-    project = make_project(tmp_path, indexed([("Evil", "../../etc/passwd")]))
-    with pytest.raises(PathEscapeError) as err:
-        Memory.load(project)
-    msg = str(err.value)
-    assert "progress.txt" in msg and "'Evil'" in msg and "`..`" in msg
+def test_an_escaping_row_is_left_out_naming_progress_line_and_row(tmp_path: Path) -> None:
+    """Never read; not fatal either (a confused agent's row must not stop a night's run)."""
+    project = make_project(tmp_path, indexed([("Evil", "../../etc/passwd"), ("Ok", "ok.md")]))
+    memory = Memory.load(project)
+    assert [r.topic for r in memory.references] == ["Ok"]
+    (msg,) = memory.refused
+    line = (tmp_path / "progress.txt").read_text().splitlines().index("| Evil | ../../etc/passwd |")
+    assert f"progress.txt:{line + 1}: " in msg and "'Evil'" in msg and "`..`" in msg
 
 
 def test_with_real_project_in_git_repo(tmp_path: Path) -> None:
@@ -107,3 +108,29 @@ def test_cli_status_shows_index_and_references(tmp_path: Path) -> None:
     assert refs["Evil"]["note"] == "path outside the references folder"
     assert st["memory"]["entries"] == 1
     assert (tmp_path / "progress.txt").read_text() == text  # status changes nothing
+
+
+def test_a_run_goes_on_past_an_escaping_row_and_asks_the_agent_to_fix_it(
+    tmp_path: Path,
+) -> None:
+    """Through `ralph run` with the simulated agent: every story is done, the row is read
+    by no iteration, and every prompt says which row to fix."""
+    from run_helpers import git, iterations, make_project, ralph
+
+    root = make_project(tmp_path / "p", 2, config={"mode": "indexed"})
+    (root / "scripts" / "ralph" / "progress.txt").write_text(
+        "# Ralph Progress Log\n\n## Progress Index\n| Topic | Reference Path |\n|---|---|\n"
+        "| Evil | ../../etc/passwd |\n\n---\n"
+    )
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "index")
+    out = ralph(root, "run", "--tool", "sim", "4", timeout=240)
+    assert out.returncode == 0, out.stderr
+    assert [r["story_id"] for r in iterations(root)] == ["US-001", "US-002"]
+    prompts = sorted((root / "ralph" / "logs").rglob("*.prompt.md"))
+    assert len(prompts) == 2
+    for p in prompts:
+        text = p.read_text()
+        assert "progress.txt:6: Progress Index row 'Evil'" in text
+        assert "root:" not in text  # /etc/passwd never read into a prompt
+    assert "Traceback" not in out.stderr

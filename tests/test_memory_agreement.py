@@ -320,7 +320,7 @@ def _story(sid: str) -> dict[str, object]:
 
 
 def _safe(text: str) -> bool:
-    """Rows that name a file inside the folder (an escaping path is an error to `ralph run`,
+    """Rows that name a file inside the folder (an escaping path is left out by `ralph run`,
     a finding to check: both say so, tested elsewhere)."""
     return all(
         not p.startswith(("/", "..")) and ".." not in p

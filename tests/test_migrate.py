@@ -232,7 +232,9 @@ def test_killed_migrate_is_completed_or_rolled_back(tmp_path: Path, corpus: Path
         res = subprocess.run([*ralph, "migrate"], cwd=root, env=env, capture_output=True)
         assert res.returncode == -signal.SIGKILL
         again = subprocess.run([*ralph, "migrate"], cwd=root, capture_output=True, text=True)
-        assert again.returncode == 1 and "--recover" in again.stdout  # refuses to stack
+        # refuses to stack: exit 2 (an input error, README), naming both ways out
+        assert again.returncode == 2 and "--recover" in again.stderr, again.stderr
+        assert "--rollback" in again.stderr and "Traceback" not in again.stderr
         done = subprocess.run([*ralph, "compact", mode], cwd=root, capture_output=True)
         assert done.returncode == 0
         assert _tree(root) == (expected if mode == "--recover" else before)

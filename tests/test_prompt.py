@@ -263,7 +263,10 @@ def test_indexed_prompt_prefers_the_latest_stories_learnings_for_a_bare_story(
 ) -> None:
     """A story whose text shares no word with the learnings: the log's order (US-001 then
     US-004) says which learnings are the most recent, and those are the ones inlined."""
-    log = LOG_ENTRY + "## 2026-01-03 10:00 - US-004\n- Reworked the importer\n---\n"
+    log = (
+        LOG_ENTRY
+        + "## 2026-01-03 10:00 - US-004\n- Reworked the importer\n- Files changed: notes.py\n---\n"
+    )
     root = make_project(tmp_path, log=log)
     (root / "ralph" / "references" / "misc.md").write_text(
         "# Misc\n\n" + "".join(f"- [US-{i:03d}] zzq note {i}\n" for i in (4, 1, 5, 6, 7, 8))
@@ -335,3 +338,15 @@ def test_odd_reference_text_cannot_break_the_prompt_around_it(tmp_path: Path) ->
     assert "more topics are not shown here" in out.stdout  # the rows for this story only
     assert "res.clearCookie('sid')" in out.stdout
     assert unclosed_fence(out.stdout) is None
+
+
+def test_json_accounting_is_the_json_modules_text_and_survives_odd_bytes() -> None:
+    """`ralph prompt --json` is made by msgspec for speed: the same text as json.dumps for
+    what the accounting holds, and json.dumps for text msgspec refuses (lone surrogates)."""
+    from orchestrator.commands.prompt import _json
+
+    data = {"tokens": 6497, "parts": {"index": 816}, "saved_pct": 99.5, "selected": []}
+    data["considered"] = [{"path": "ralph/références/a.md", "score": 0.857766, "n": {}}]
+    assert _json(data) == json.dumps(data, indent=2, ensure_ascii=False)
+    odd = {"topic": "caf\udce9"}
+    assert _json(odd) == json.dumps(odd, indent=2, ensure_ascii=False)

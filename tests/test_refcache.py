@@ -70,9 +70,25 @@ def test_prompt_json_is_the_same_cold_warm_and_without_cache(tmp_path: Path) -> 
     assert warm.returncode == 0, warm.stderr
     assert warm.stdout == cold.stdout
     _new_process()
-    assert _assemble(root, disk=False)[1] + "\n" == cold.stdout
+    assert json.loads(_assemble(root, disk=False)[1]) == json.loads(cold.stdout)
     data = json.loads(_cache_file(root).read_text(encoding="ascii"))
     assert data["code"] == refcache._code_key() and len(data["keys"]) == 40
+
+
+def test_a_reference_holding_a_secret_is_never_written_to_the_file(tmp_path: Path) -> None:
+    """The file is ours, so no secret may reach it; the reference (the user's) keeps it and
+    is simply computed afresh each time, without rewriting the file for it."""
+    root = _project(tmp_path)
+    ref = sorted((root / "ralph" / "references").glob("*.md"))[0]
+    ref.write_text(ref.read_text() + "- [US-0001] deploy with password=hunter2hunter2\n")
+    cold = ralph(root, "prompt", "--json")
+    assert cold.returncode == 0, cold.stderr
+    data = _cache_file(root).read_text(encoding="ascii")
+    assert "hunter2hunter2" not in data and len(json.loads(data)["keys"]) == 39
+    before = _cache_file(root).stat().st_mtime_ns
+    warm = ralph(root, "prompt", "--json")
+    assert warm.stdout == cold.stdout
+    assert _cache_file(root).stat().st_mtime_ns == before  # not rewritten
 
 
 def test_a_warm_prompt_splits_and_tokenizes_no_reference(tmp_path: Path) -> None:

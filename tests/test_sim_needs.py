@@ -15,7 +15,7 @@ from run_helpers import RALPH, env  # noqa: E402
 
 from orchestrator.sim import examples  # noqa: E402
 from orchestrator.sim import needs as sim_needs  # noqa: E402
-from orchestrator.sim.script import Need, SimScript  # noqa: E402
+from orchestrator.sim.script import Need, SimScript, parse_script  # noqa: E402
 
 # A template that inlines nothing and hides the index: the story and the steps only.
 BAD_TEMPLATE = """<!-- ralph: story={{story_id}} mode=indexed prd={{prd_path}} -->
@@ -29,7 +29,7 @@ Implement it, run the checks, commit `feat: {{story_id}} - {{story_title}}`, set
 
 
 def _script() -> SimScript:
-    return SimScript.model_validate(
+    return parse_script(
         {
             "stories": [
                 {"id": "A", "learning": {"topic": "Db", "bullets": ["Use WAL mode"]}},

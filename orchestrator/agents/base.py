@@ -8,7 +8,7 @@ only the runner knows about ptys and process groups.
 Settings come from ralph.yaml's `agents.<name>` entry (see `orchestrator.config`): `command`
 (the executable, a string or argv list), `model`, `args` (extra arguments), `env` (extra
 environment) and `prompt` (delivery: stdin | file | argument). Any of them may be missing:
-`settings` may be None, a dict or the pydantic model.
+`settings` may be None, a dict or the config model (`config.AgentConfig`).
 """
 
 from __future__ import annotations
@@ -118,7 +118,7 @@ class AgentSettings:
 
     @classmethod
     def coerce(cls, settings: SettingsInput, name: str = "agent") -> AgentSettings:
-        """Accept None, a dict, a pydantic model or an AgentSettings."""
+        """Accept None, a dict, a config model (anything with model_dump) or an AgentSettings."""
         if settings is None:
             return cls()
         if isinstance(settings, AgentSettings):

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from orchestrator import lock, project
+from orchestrator import lock, project, stopsignals
 from orchestrator.commands.common import add_common
 from orchestrator.memory import journal
 from orchestrator.tokens import fmt
@@ -43,10 +42,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     proj = project.locate(Path.cwd(), args.ralph_dir)
-    writes = args.apply or args.recover or args.rollback or journal.pending(proj.ralph_dir)
+    recovering = bool(args.recover or args.rollback)
+    if not (args.apply or recovering):
+        # A dry run writes nothing, not even a recovery: it says what is pending.
+        journal.refuse_if_pending(proj.ralph_dir, "ralph compact (dry run)")
+        return _run(args, proj)
     # Planning happens under the lock too: a plan made while a run edits memory is stale.
-    guard = lock.memory_lock(proj, _action(args)) if writes else contextlib.nullcontext()
-    with guard:
+    # A stop signal becomes the usual "interrupted" (143); the journal undoes what it had
+    # prepared (a recovery defers signals until it is done).
+    with (
+        stopsignals.interrupt_on_stop_signals(),
+        lock.memory_lock(proj, _action(args), recovering=recovering),
+    ):
         return _run(args, proj)
 
 
@@ -57,11 +64,10 @@ def _action(args: argparse.Namespace) -> str:
 
 
 def _run(args: argparse.Namespace, proj: Project) -> int:
-    if args.recover or args.rollback or journal.pending(proj.ralph_dir):
+    if args.recover or args.rollback:
         done = journal.recover(proj.ralph_dir, rollback=args.rollback)
         print(f"ralph compact: {done or 'no interrupted apply to recover'}")
-        if args.recover or args.rollback:
-            return 0
+        return 0
     plan = compact.plan(proj)
     _print_plan(plan, fmt)
     if args.agent:

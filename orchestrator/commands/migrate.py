@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from orchestrator import lock, project, tokens
+from orchestrator import lock, project, stopsignals, tokens
 from orchestrator.commands.common import add_common
 from orchestrator.memory import journal
 from orchestrator.tokens import fmt
@@ -32,16 +32,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def run(args: argparse.Namespace) -> int:
     proj = project.locate(Path.cwd(), args.ralph_dir)
     if args.dry_run:
+        journal.refuse_if_pending(proj.ralph_dir, "ralph migrate --dry-run")
         return _run(args, proj)
     # The plan is made under the lock too: one made while a run edits memory is stale.
-    with lock.memory_lock(proj, "ralph migrate"):
+    # A stop signal (timeout(1), systemd) becomes the usual "interrupted" (143) and releases
+    # the lock; the journal rolls back what it had prepared.
+    with stopsignals.interrupt_on_stop_signals(), lock.memory_lock(proj, "ralph migrate"):
         return _run(args, proj)
 
 
 def _run(args: argparse.Namespace, proj: Project) -> int:
-    if journal.pending(proj.ralph_dir):
-        print("ralph migrate: an earlier apply was interrupted; run `ralph compact --recover`")
-        return 1
     mig = migrate.prepare(proj)
     plan = mig.plan
     if plan.already_indexed:

@@ -5,17 +5,18 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
-
-from rich import box
-from rich.console import Console
-from rich.table import Table
+from typing import TYPE_CHECKING, Any
 
 from orchestrator import project
 from orchestrator.commands.common import add_common
+from orchestrator.memory import journal
 from orchestrator.run import status, watch
-from orchestrator.run.display import duration, money, saving
+from orchestrator.run.formats import duration, money, saving
 from orchestrator.tokens import fmt
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -47,15 +48,22 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def run(args: argparse.Namespace) -> int:
     proj = project.locate(Path.cwd(), args.ralph_dir)
     if args.follow:
-        return watch.follow(
-            proj, Console(highlight=False), interval=max(0.1, args.interval), lines=args.lines
-        )
+        return watch.follow(proj, _console(), interval=max(0.1, args.interval), lines=args.lines)
     st = status.collect(proj)
+    if note := journal.pending_note(proj.ralph_dir):
+        st["warnings"].insert(0, note)
     if args.json:
         print(json.dumps(st, indent=2, default=str))
         return 0
-    render(st, Console(highlight=False))
+    render(st, _console())
     return 0
+
+
+def _console() -> Console:
+    # rich only for the views that draw with it: `status --json` prints without it.
+    from rich.console import Console
+
+    return Console(highlight=False)
 
 
 def render(st: dict[str, Any], console: Console) -> None:
@@ -96,6 +104,9 @@ def _render_summary(st: dict[str, Any], console: Console) -> None:
 
 
 def _references_table(refs: list[dict[str, Any]], width: int) -> Table:
+    from rich import box  # see _console()
+    from rich.table import Table
+
     t = Table(
         title="index and references", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False
     )

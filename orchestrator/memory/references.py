@@ -63,8 +63,16 @@ class ReferenceStore:
                 f"references.dir {rel_dir!r}: must be a relative folder inside the project. "
                 "Fix: set it to e.g. ralph/references"
             )
+        parts = [p for p in clean.parts if p != "."]
+        if not parts:
+            # The project root as the folder: every file of the project would read as an
+            # unindexed reference (`ralph check` would suggest deleting the README).
+            raise ConfigError(
+                f"references.dir {rel_dir!r}: is the project root, not a folder of its own. "
+                "Fix: set it to e.g. ralph/references"
+            )
         self.root = Path(project_root)
-        self.rel_dir = PurePosixPath(*[p for p in clean.parts if p != "."]).as_posix()
+        self.rel_dir = PurePosixPath(*parts).as_posix()
         self.dir = self.root / self.rel_dir
 
     def __repr__(self) -> str:

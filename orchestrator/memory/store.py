@@ -59,6 +59,9 @@ class Memory:
     progress_text: str
     references: list[Reference]
     encoding: str = field(default=tokens.DEFAULT_ENCODING)
+    # Index rows whose path leads out of the references folder: left out of the memory (a
+    # confused agent's row must not stop an unattended run), each as a fix-up sentence.
+    refused: list[str] = field(default_factory=list)
     # The references' files as read here, by stat: the snapshot before the agent reuses
     # those still unchanged rather than read 10,000 files again.
     seen: Seen = field(default_factory=Seen, repr=False, compare=False)
@@ -75,15 +78,20 @@ class Memory:
         progress = Progress.parse(text)
         store = FastStore(project.references)
         refs: list[Reference] = []
+        refused: list[str] = []
         for row in progress.index_rows:
-            ref = _reference(store, row.topic, row.path, encoding, progress_path, seen)
+            try:
+                ref = _reference(store, row.topic, row.path, encoding, progress_path, seen)
+            except PathEscapeError as e:
+                shown = os.path.relpath(progress_path, getattr(project, "root", "."))
+                where = f"{shown}:{_row_line(text, row.path)}"
+                refused.append(f"{where}: {str(e).split(': ', 1)[1]}; fix or remove that row")
+                continue
             refs.append(ref)
             if ref.exists and areas.is_area(ref.text):
                 ref.is_area = True
                 refs.extend(_nested(store, ref, encoding, progress_path, seen))
-        return cls(
-            progress=progress, progress_text=text, references=refs, encoding=encoding, seen=seen
-        )
+        return cls(progress, text, refs, encoding, refused, seen)
 
     def full_history_tokens(self, encoding: str | None = None) -> int:
         """What Ralph itself would load each iteration: all of progress.txt."""
@@ -145,6 +153,14 @@ class FastStore:
         if rel is not None:
             return f"{self.folder}{os.sep}{rel}" if os.sep == "/" else self.folder / rel
         return Path(self.store.resolve(index_path))
+
+
+def _row_line(text: str, path: str) -> int:
+    """1-based line of the first table row naming `path` (only asked for a refused row)."""
+    for n, line in enumerate(text.splitlines(), 1):
+        if line.lstrip().startswith("|") and path in line:
+            return n
+    return 0
 
 
 def _nested(

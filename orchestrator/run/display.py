@@ -21,43 +21,11 @@ from rich.text import Text
 
 from orchestrator import ledger
 from orchestrator.agents import base as agent_base
+from orchestrator.run.formats import duration as duration
+from orchestrator.run.formats import money as money
+from orchestrator.run.formats import relative as relative
+from orchestrator.run.formats import saving as saving
 from orchestrator.tokens import fmt
-
-
-def duration(seconds: float | None) -> str:
-    """3m12s, 45s, 1h02m."""
-    if seconds is None:
-        return "-"
-    s = int(round(seconds))
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
-
-
-def money(usd: float | None) -> str:
-    """$0.41; small amounts keep their significant digits ($0.0071)."""
-    if usd is None:
-        return "-"
-    return f"${usd:.2f}" if usd >= 0.1 or usd == 0 else f"${usd:.4f}"
-
-
-def relative(line: str, root: str | None) -> str:
-    """Paths under the project root shown relative to it (`⏺ Write app/models.py`): shorter,
-    and what the user would type."""
-    if not root:
-        return line
-    return line.replace(root.rstrip("/") + "/", "")
-
-
-def saving(full_history_tokens: int, saved_pct: float | None) -> str:
-    """`(full history 27.4k: saved 88%)`. Early on the whole history is shorter than the
-    index template: that is said plainly rather than as a negative saving."""
-    pct, full = float(saved_pct or 0), fmt(full_history_tokens)
-    if pct < 0:
-        return f"(full history {full} is still shorter: +{-pct:.0f}% until it grows)"
-    return f"(full history {full}: saved {pct:.0f}%)"
 
 
 def summary_line(rec: dict[str, Any]) -> str:

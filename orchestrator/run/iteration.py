@@ -220,6 +220,8 @@ class Iteration:
         self.report: checks.CheckReport | None = None
         with prompt.gc_paused():
             memory = Memory.load(self.project)
+        for why in memory.refused:
+            log.warning("index_row_refused", row=why)
         self.assembled = prompt.assemble(
             self.project,
             story,

@@ -55,7 +55,7 @@ log = get_logger()
 MODES = ("auto", "indexed", "full")
 # References may fill at most this share of budget.prompt_tokens: with the relevance cut-off,
 # a second bound that keeps the prompt small when many items match (bench/README.md).
-REFERENCES_SHARE = 0.25
+REFERENCES_SHARE = 0.15
 # The whole index table is inlined while it costs at most this share of the budget. Past
 # that the prompt carries the rows for this story (its selected topics and their areas) and
 # one line saying how many more there are and where the whole table is: a table of 1,000
@@ -96,6 +96,7 @@ class Inputs:
     recency: float | None = None  # None: select.DEFAULT_RECENCY
     files: float | None = None  # None: select.DEFAULT_FILES
     semantic: float | None = None  # None: select.DEFAULT_SEMANTIC
+    feedback: int | None = None  # None: select.DEFAULT_FEEDBACK
     ref_share: float | None = None  # None: REFERENCES_SHARE
     tree: Sequence[str] = ()  # the repository's files (`git ls-files`) when known
     stories: dict[str, str] = field(default_factory=dict)  # prd.json id -> text, for ranking
@@ -347,6 +348,7 @@ def _select(
         recency=sel.DEFAULT_RECENCY if inp.recency is None else inp.recency,
         files=sel.DEFAULT_FILES if inp.files is None else inp.files,
         semantic=sel.DEFAULT_SEMANTIC if inp.semantic is None else inp.semantic,
+        feedback=sel.DEFAULT_FEEDBACK if inp.feedback is None else inp.feedback,
         tree=inp.tree,
         ref_cap=inp.ref_cap,
         stories=_other_stories(inp),
@@ -553,6 +555,7 @@ def assemble(
     None means `budget.prompt_tokens`; `tool` None means config `tool` (it picks CLAUDE.md
     or prompt.md in full mode); `prd` None reads prd.json for the branch and story texts."""
     with gc_paused():
+        notes = [*memory.refused, *notes]
         inp = inputs_for(project, story, memory, notes=notes, budget=budget, tool=tool, prd=prd)
         progress = memory.progress
         # The index rows are the references that no area lists (parsing the table again, or

@@ -302,9 +302,12 @@ def tag_ids(key: str) -> tuple[str, ...]:
     return tuple(p for p in re.split(r"[\s,;/]+", key.strip("[]")) if p)
 
 
-# Story ids ("US-003", "1.2") and dates (migrate tags a story without an id by its date).
+# Story ids ("US-003", "T128", "1.2") and dates (migrate tags a story without an id by its
+# date). Ids without a hyphen are the ones memory/vocab.py reads in entry headings (capitals
+# then two digits or more): without them a speckit log's "T006" groups had no recency at all.
 _LOG_ID = re.compile(
-    r"(?<![\w.-])([A-Za-z][\w.]*-[\w.-]*\d[\w.]*|\d{4}-\d{2}-\d{2}|\d+(?:\.\d+)+)(?![\w-])"
+    r"(?<![\w.-])([A-Za-z][\w.]*-[\w.-]*\d[\w.]*|\d{4}-\d{2}-\d{2}|\d+(?:\.\d+)+"
+    r"|[A-Z]{1,5}\d{2,}(?:\.\d+)*)(?![\w-])"
 )
 
 

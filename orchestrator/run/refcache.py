@@ -41,6 +41,7 @@ import numpy as np
 from orchestrator import fsutil, tokens
 from orchestrator.log import get_logger
 from orchestrator.memory import entries, markdown, vocab
+from orchestrator.redact import redact
 from orchestrator.run import rank, where
 
 log = get_logger()
@@ -259,6 +260,9 @@ class RefCache(Plain):
         self.logs: dict[str, Any] = {}  # log digest -> {story id: files}
         self.live: dict[str, RefFacts] = {}  # facts met in this process, by reference key
         self.used: set[str] = set()
+        # References whose text holds a secret (redact would change it): computed each time,
+        # never written, so no secret reaches a file we write (the user's reference keeps it).
+        self.volatile: set[str] = set()
         self.last: tuple[list[str], list[RefFacts], list[int | None]] | None = None
         self.built: _Built | None = None
         self._history: str | None = None  # the log `_history_key` is the digest of
@@ -291,10 +295,14 @@ class RefCache(Plain):
                     hit = self.live[key] = snap.facts(at)
             if hit is None:
                 hit = self.live[key] = _facts(src.topic, src.path, src.text)
-                at, self.dirty = None, True
+                at = None
+                if redact(src.text) != src.text:
+                    self.volatile.add(key)
+                else:
+                    self.dirty = True
             out.append(hit)
             where_.append(at)
-        if snap is None or keys != snap.keys:
+        if snap is None or [k for k in keys if k not in self.volatile] != snap.keys:
             self.dirty = True
         self.last = (keys, out, where_)
         return out
@@ -343,8 +351,9 @@ class RefCache(Plain):
         if type(raw) is list and len(raw) == 2 and type(raw[0]) is int and _counts(raw[1]):
             return raw[0], raw[1]
         n, made = rank.profile(text)
-        self.stories[key] = [n, dict(made)]
-        self.dirty = True
+        if redact(text) == text:  # a story text holding a secret is never written
+            self.stories[key] = [n, dict(made)]
+            self.dirty = True
         return n, made
 
     def _log(self, history: str) -> dict[str, Any]:
@@ -388,7 +397,12 @@ class RefCache(Plain):
                 self.path.parent.mkdir(parents=True, exist_ok=True)
         if not self.path.parent.is_dir():
             return
-        keys, facts, _ = self.last
+        keys, facts, where_ = self.last
+        if self.volatile.intersection(keys):
+            # Built again without them: their words must not reach the vocabulary either.
+            kept = [i for i, k in enumerate(keys) if k not in self.volatile]
+            keys, facts = [keys[i] for i in kept], [facts[i] for i in kept]
+            self.last, self.built = (keys, facts, [where_[i] for i in kept]), None
         index = [f.ix for f in facts]
         text_words = np.fromiter(
             (n for ix in index for n in ix.text_words), dtype=np.intp, count=-1

@@ -39,7 +39,7 @@ from orchestrator.run import rank, refcache, semantic, where
 
 # Items scoring below this share of the best item's score are not taken even when the budget
 # has room: they make a prompt bigger without making it better.
-DEFAULT_CUTOFF = 0.3
+DEFAULT_CUTOFF = 0.55
 # Weight of the whole reference's score in an item's text score (the rest is its group's).
 DEFAULT_BLEND = 0.2
 # Weight of recency in a group's score, and its half-life in stories.
@@ -49,12 +49,16 @@ RECENCY_HALF_LIFE = 5.0
 DEFAULT_FILES = 0.5
 # Weight of semantic similarity (wordllama embeddings, optional extra) in the text score.
 DEFAULT_SEMANTIC = 0.0
+# How many of the best groups (by text and recency) lend their files to the files predicted
+# for the story (where.scores).
+DEFAULT_FEEDBACK = where.FEEDBACK_GROUPS
 # `always` references' items pass at this share of the cut-off: the user asked for them,
 # but an item of theirs that says nothing about this story still stays out.
 ALWAYS_SHARE = 0.5
 # How far a reference's prior from use (agents opened it though it was not inlined) lifts its
-# matching items, as a share of the best item's score.
-PRIOR_WEIGHT = 0.3
+# matching items, as a share of the cut-off's bar (cut-off x the best item's score): the lift
+# follows the cut-off, so a fully missed reference's matching items come back at any cut-off.
+PRIOR_WEIGHT = 1.0
 # Trimming an over-long item to fewer tokens than this keeps too little of it to be useful.
 _MIN_TRIM = 60
 
@@ -99,6 +103,7 @@ class Weights:
     recency: float = DEFAULT_RECENCY
     files: float = DEFAULT_FILES
     semantic: float = DEFAULT_SEMANTIC
+    feedback: int = DEFAULT_FEEDBACK
 
 
 # Re-exported: callers tokenize and split references the way ranking does.
@@ -298,7 +303,7 @@ def score(
     if weights.files > 0 and len(t.names):
         prior = (1 - weights.recency) * t.g_score + weights.recency * rec
         files = _files_of(t, history, memo)
-        fs = where.scores(frozenset(terms), files, prior, tree)
+        fs = where.scores(frozenset(terms), files, prior, tree, feedback=weights.feedback)
         # A group whose files are unknown is neither helped nor hurt by file overlap.
         known = np.array([bool(f) for f in files], dtype=bool)[t.item_g]
         mixed = np.where(known, (1 - weights.files) * mixed + weights.files * fs[t.item_g], mixed)
@@ -349,6 +354,7 @@ def select(
     tree: Sequence[str] = (),
     encoding: str = tok.DEFAULT_ENCODING,
     prior: Mapping[str, float] | None = None,
+    feedback: int = DEFAULT_FEEDBACK,
     memo: refcache.Plain = refcache.PLAIN,
 ) -> Selection:
     """Pick items for `query` within `budget` tokens (None: no budget, cut-off only).
@@ -361,10 +367,10 @@ def select(
     An item too long for the room left is trimmed at a line boundary when at least
     `_MIN_TRIM` tokens of it fit, else skipped.
     """
-    w = Weights(cutoff, blend, recency, files, semantic)
+    w = Weights(cutoff, blend, recency, files, semantic, feedback)
     sc = score(query, sources, w, stories=stories, history=history, tree=tree, memo=memo)
     if prior:
-        sc.scores = with_prior(sc.scores, sc.refs, [s.path for s in sources], prior)
+        sc.scores = with_prior(sc.scores, sc.refs, [s.path for s in sources], prior, cutoff)
     selection = take(
         sc,
         sources,
@@ -442,15 +448,19 @@ def take(
 
 
 def with_prior(
-    scores: np.ndarray, refs: np.ndarray, paths: Sequence[str], prior: Mapping[str, float]
+    scores: np.ndarray,
+    refs: np.ndarray,
+    paths: Sequence[str],
+    prior: Mapping[str, float],
+    cutoff: float = DEFAULT_CUTOFF,
 ) -> np.ndarray:
-    """Item scores raised by their reference's prior: + PRIOR_WEIGHT * prior * best score,
-    never above the best score (the cut-off for the other items stays where it was). Only
+    """Item scores raised by their reference's prior: + PRIOR_WEIGHT * prior * cut-off *
+    best score, never above the best score (the bar for the other items stays where it was). Only
     items that match the story at all (score > 0) are raised: a reference missed once is
     given again when relevant, not to every story."""
     boost = np.array([float(prior.get(p, 0.0)) for p in paths])[refs] if len(refs) else refs
     top = scores.max(initial=0.0)
-    raised = np.minimum(top, scores + PRIOR_WEIGHT * boost * top)
+    raised = np.minimum(top, scores + PRIOR_WEIGHT * boost * cutoff * top)
     return np.round(np.where(scores > 0.0, raised, scores), 6)
 
 

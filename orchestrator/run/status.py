@@ -29,8 +29,12 @@ def collect(project: Project) -> dict[str, Any]:
     tokens.use_disk_cache(project.logs_dir)
     progress_path = Path(project.progress_path)
     text = fsutil.read_text(progress_path) if fsutil.present(progress_path) else ""
+    # Each file is read and parsed once: the index's size and warning come from this parse,
+    # the last run and the live run from one read of the ledger.
     prog = Progress.parse(text)
     refs = references(project, prog, enc)
+    records = ledger.read(Path(project.ledger_path))
+    warning = audit.index_warning(prog, project.config.budget.prompt_tokens)
     return {
         "project": prd.project,
         "branch": prd.branch_name,
@@ -48,13 +52,11 @@ def collect(project: Project) -> dict[str, Any]:
             "references_tokens": sum(r["tokens"] for r in refs if r["exists"]),
         },
         "index": [{"topic": r.topic, "path": r.path} for r in prog.index_rows],
-        "index_tokens": audit.index_size(text)[0],
-        "warnings": [w[0] + "; run `ralph compact --apply`"]
-        if (w := audit.index_warning(text, project.config.budget.prompt_tokens))
-        else [],
+        "index_tokens": audit.index_size(prog)[0],
+        "warnings": [warning[0] + "; run `ralph compact --apply`"] if warning else [],
         "references": refs,
-        "last_run": last_run(Path(project.ledger_path), refs, project.references.rel_dir),
-        "live": live_run(project),
+        "last_run": last_run(records, refs, project.references.rel_dir),
+        "live": live_run(project, records),
     }
 
 
@@ -101,9 +103,9 @@ def references(project: Project, prog: Any, encoding: str) -> list[dict[str, Any
 
 
 def last_run(
-    ledger_path: Path, refs: list[dict[str, Any]] | None = None, refs_dir: str = ""
+    records: ledger.Records, refs: list[dict[str, Any]] | None = None, refs_dir: str = ""
 ) -> dict[str, Any] | None:
-    records = ledger.read(ledger_path)
+    """The ledger's last run: totals, how it ended, what its agents opened."""
     run_id = ledger.last_run_id(records)
     if not run_id:
         return None
@@ -122,9 +124,8 @@ def last_run(
     return d
 
 
-def live_run(project: Project) -> dict[str, Any] | None:
+def live_run(project: Project, records: ledger.Records) -> dict[str, Any] | None:
     """The run going on now (pid, story, iteration, since), or None when none is live."""
-    records = ledger.read(Path(project.ledger_path))
     run_id = watch.live_run_id(project, records)
     if run_id is None:
         return None

@@ -16,20 +16,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console, Group
-from rich.live import Live
-from rich.table import Table
-from rich.text import Text
-
-from orchestrator import ledger, lock
-from orchestrator.agents import get_agent
+from orchestrator import ledger
 from orchestrator.errors import FatalError, InputError
 from orchestrator.memory.prd import Prd
 from orchestrator.project import Project
-from orchestrator.run.display import duration, money, relative
+from orchestrator.run.formats import duration, money, relative
 from orchestrator.tokens import fmt
+
+if TYPE_CHECKING:
+    from rich.console import Console, Group
 
 # How much of a transcript to read when starting to follow it (the rest is history).
 _TAIL_BYTES = 64 * 1024
@@ -108,6 +105,10 @@ def _still_live(project: Project, records: list[dict[str, Any]], run_id: str) ->
     a watcher must not write into the project."""
     if any(r.get("event") == "run_end" and r.get("run_id") == run_id for r in records):
         return False
+    # The lock module (filelock, the redaction patterns) only when a run may be live:
+    # `ralph status` on a project with no unfinished run never needs it.
+    from orchestrator import lock
+
     return Path(project.lock_path).exists() and lock.is_locked(project)
 
 
@@ -161,6 +162,8 @@ def build(project: Project, records: list[dict[str, Any]], run_id: str, live: bo
         _apply(view, r)
     view.totals = ledger.totals(mine)
     if live:
+        from orchestrator import lock  # see _still_live
+
         holder = lock.read_holder(Path(project.lock_path))
         view.pid = holder.pid if holder else None
     view.stories = _stories(project)
@@ -224,6 +227,10 @@ def display_filter(project: Project, agent_name: str | None) -> Callable[[str], 
     """The agent adapter's display(line), or plain stripped lines if it cannot be built."""
     show: Callable[[str], str | None] = lambda line: line.strip() or None  # noqa: E731
     if agent_name:
+        # The adapters (and what they import) only for --follow and serve: `ralph status`
+        # imports this module for live_run_id/build and must start quickly.
+        from orchestrator.agents import get_agent
+
         with contextlib.suppress(FatalError):
             show = get_agent(agent_name, project.config.agent(agent_name), check=False).display
     root = str(project.root)
@@ -287,6 +294,11 @@ def facts(view: RunView, now: datetime) -> list[str]:
 
 def panel(view: RunView, last: list[str], now: datetime) -> Group:
     """The live view for a terminal: facts, then the agent's last lines."""
+    # rich only where it draws (~0.1 s of imports that `ralph status --json` never needs).
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
     grid = Table.grid(padding=(0, 1))
     grid.add_column(no_wrap=True, overflow="ellipsis")
     for i, line in enumerate(facts(view, now)):
@@ -342,6 +354,8 @@ def _follow_live(
     interval: float,
     sleep: Callable[[float], None],
 ) -> RunView:
+    from rich.live import Live  # see panel()
+
     view = _poll(project, run_id)
     tail.poll(view.transcript)
     with Live(

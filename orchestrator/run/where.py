@@ -8,7 +8,8 @@ entries its `[US-xxx]` tag names. The files a new story will touch are predicted
  - the files of the earlier stories that rank best on text and recency (pseudo-relevance
    feedback: in a Ralph log the stories about the same code share files).
 A group (the learnings of one earlier story) then scores by the predicted weight of its
-files: the same file counts fully, another file in the same folder at AREA_SHARE.
+best file: the same file counts fully, another file in the same folder (or a folder the
+story names) at AREA_SHARE.
 Pure and cached by content, like rank.py.
 """
 
@@ -29,7 +30,7 @@ from orchestrator.run import rank
 # A file in the same folder as a predicted one is evidence of the same area, not the file.
 AREA_SHARE = 0.5
 # Groups whose files feed the prediction (the best ones by text and recency).
-FEEDBACK_GROUPS = 3
+FEEDBACK_GROUPS = 8
 _NOTE = re.compile(r"\bfiles?\s*:\s*([^\n)]+)", re.IGNORECASE)
 
 
@@ -117,7 +118,17 @@ def mentioned(query_terms: frozenset[str], files: Iterable[str]) -> dict[str, fl
     """Files whose name the story's text mentions: the share (by idf over the names) of a
     file name's terms that the query holds, for files with at least one."""
     keys = list(dict.fromkeys(file_key(f) for f in files))
-    terms = {k: _file_terms(k) for k in keys}
+    return _named(query_terms, {k: _file_terms(k) for k in keys})
+
+
+def mentioned_areas(query_terms: frozenset[str], files: Iterable[str]) -> dict[str, float]:
+    """Folders whose name the story's text mentions ("convert all step titles" and
+    `onboarding/steps/`), scored as `mentioned` scores file names."""
+    keys = [a for a in dict.fromkeys(area_key(f) for f in files) if a]
+    return _named(query_terms, {a: rank.tokenize(a) for a in keys})
+
+
+def _named(query_terms: frozenset[str], terms: Mapping[str, tuple[str, ...]]) -> dict[str, float]:
     df: dict[str, int] = {}
     for ts in terms.values():
         for t in set(ts):
@@ -126,7 +137,7 @@ def mentioned(query_terms: frozenset[str], files: Iterable[str]) -> dict[str, fl
     for k, ts in terms.items():
         if not ts or not query_terms.intersection(ts):
             continue
-        idf = {t: math.log1p(len(keys) / df[t]) for t in set(ts)}
+        idf = {t: math.log1p(len(terms) / df[t]) for t in set(ts)}
         out[k] = sum(v for t, v in idf.items() if t in query_terms) / sum(idf.values())
     return out
 
@@ -136,23 +147,28 @@ def scores(
     files: Sequence[tuple[str, ...]],
     prior: np.ndarray,
     tree: Sequence[str] = (),
+    feedback: int = FEEDBACK_GROUPS,
 ) -> np.ndarray:
     """Per group, in [0, 1]: how much its files overlap the files predicted for the story.
 
     `prior` is each group's score without files (text and recency); the best
-    FEEDBACK_GROUPS of them lend their files to the prediction, weighted by that score."""
+    `feedback` of them whose files are known lend their files to the prediction,
+    weighted by that score (a best group without files would lend nothing and leave the
+    prediction empty when the story's text names no file)."""
     if not files or not any(files):
         return np.zeros(len(files))
     known = [f for fs in files for f in fs]
     weight = mentioned(query_terms, [*known, *tree])
-    top = prior.max(initial=0.0)
+    has = np.array([bool(fs) for fs in files], dtype=bool)
+    top = prior[has].max(initial=0.0)
     if top > 0:
-        for g in np.argsort(-prior, kind="stable")[:FEEDBACK_GROUPS].tolist():
+        ranked = [g for g in np.argsort(-prior, kind="stable").tolist() if has[g]]
+        for g in ranked[:feedback]:
             for k in {file_key(f) for f in files[g]}:
                 weight[k] = weight.get(k, 0.0) + float(prior[g]) / top
-    if not weight:
+    area = {a: AREA_SHARE * w for a, w in mentioned_areas(query_terms, known).items()}
+    if not weight and not area:
         return np.zeros(len(files))
-    area: dict[str, float] = {}
     for k, w in weight.items():
         a = area_key(k)
         if a:
@@ -160,8 +176,9 @@ def scores(
     out = np.zeros(len(files))
     for g, fs in enumerate(files):
         if fs:
-            hits = [weight.get(file_key(f)) or area.get(area_key(f), 0.0) for f in fs]
-            out[g] = sum(hits) / math.sqrt(len(fs))
+            # Its best-predicted file: a learning applies when its story touched one file this
+            # story will touch; a story that touched many files is no likelier to matter.
+            out[g] = max(weight.get(file_key(f)) or area.get(area_key(f), 0.0) for f in fs)
     high = out.max(initial=0.0)
     return out / high if high > 0 else out
 

@@ -142,7 +142,7 @@ def run(opts: Options, root: Path, out: TextIO | None = None) -> int:
         stream.say(f"Every story in prd.json passes. {SENTINEL}")
         stream.result(f"Every story in prd.json passes. {SENTINEL}")
         return 0
-    from orchestrator.sim.work import Work  # pydantic et al.: only when there is work to do
+    from orchestrator.sim.work import Work  # msgspec, YAML et al.: only when there is work
 
     work = Work(
         stream=stream,

@@ -30,10 +30,11 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
+import msgspec
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from msgspec import Meta, field
 
 from orchestrator.errors import InputError, PathEscapeError
 from orchestrator.fsutil import read_text, relative_inside, safe_name
@@ -64,46 +65,50 @@ _LEADING_VERBS = {
 }
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+# A required text that may not be empty.
+_Text = Annotated[str, Meta(min_length=1)]
+
+
+class _Model(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    pass
 
 
 class FileSpec(_Model):
     path: str
     content: str
 
-    @field_validator("path")
-    @classmethod
-    def _inside_project(cls, v: str) -> str:
+    def __post_init__(self) -> None:
         # A script is data from a project folder: it may never write outside the project.
-        p = relative_inside(v)
+        p = relative_inside(self.path)
         if p is None:
-            raise ValueError("must be a relative path inside the project (e.g. src/app.py)")
-        return p.as_posix()
+            raise ValueError(
+                f"path {self.path!r} must be a relative path inside the project (e.g. src/app.py)"
+            )
+        self.path = p.as_posix()
 
 
 class Learning(_Model):
-    topic: str = Field(min_length=1)
-    bullets: list[str] = Field(min_length=1)
+    topic: _Text
+    bullets: Annotated[list[str], Meta(min_length=1)]
 
 
 class Need(_Model):
     """An earlier learning this story depends on: a reference topic, optionally narrowed to
     one learning's text. Without it (not in the prompt, not opened) the sim makes a mistake."""
 
-    topic: str = Field(min_length=1)
+    topic: _Text
     learning: str | None = None
 
 
 class StoryPlan(_Model):
-    id: str = Field(min_length=1)
-    summary: list[str] = Field(default_factory=list)
-    files: list[FileSpec] = Field(default_factory=list)
+    id: _Text
     learning: Learning
-    reads: list[str] = Field(default_factory=list)
+    summary: list[str] = field(default_factory=list)
+    files: list[FileSpec] = field(default_factory=list)
+    reads: list[str] = field(default_factory=list)
     needs: list[str | Need] | None = None  # None: the `reads` topics
     generated: bool = False  # True when made up for a story the script does not cover
-    checks: list[str] = Field(default_factory=list)  # filled from the script's `checks`
+    checks: list[str] = field(default_factory=list)  # filled from the script's `checks`
 
     def needed(self) -> list[Need]:
         items = self.reads if self.needs is None else self.needs
@@ -111,8 +116,8 @@ class StoryPlan(_Model):
 
 
 class SimScript(_Model):
-    checks: list[str] = Field(default_factory=list)  # commands the agent "runs" (not run)
-    stories: list[StoryPlan] = Field(default_factory=list)
+    checks: list[str] = field(default_factory=list)  # commands the agent "runs" (not run)
+    stories: list[StoryPlan] = field(default_factory=list)
 
     def bullets_of(self, topic: str) -> list[str]:
         """Every learning the script records under `topic` (any story)."""
@@ -127,8 +132,13 @@ class SimScript(_Model):
     def plan_for(self, story_id: str) -> StoryPlan | None:
         for plan in self.stories:
             if plan.id == story_id:
-                return plan.model_copy(update={"checks": plan.checks or self.checks})
+                return msgspec.structs.replace(plan, checks=plan.checks or self.checks)
         return None
+
+
+def parse_script(raw: object) -> SimScript:
+    """A sim script from its parsed YAML; msgspec.ValidationError names the first bad field."""
+    return msgspec.convert(raw, SimScript)
 
 
 def load_script(path: Path) -> SimScript:
@@ -143,13 +153,14 @@ def load_script(path: Path) -> SimScript:
     if not isinstance(raw, dict):
         raise InputError(f"{path}: expected a mapping with a 'stories' list at the top")
     try:
-        return SimScript.model_validate(raw)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
+        return parse_script(raw)
+    except msgspec.ValidationError as exc:
+        # msgspec says "Expected `str` of length >= 1 - at `$.stories[0].id`".
+        problem, _, at = str(exc).partition(" - at `")
+        where = re.sub(r"\[(\d+)\]", r".\1", at.rstrip("`").removeprefix("$")).lstrip(".")
         raise InputError(
-            f"{path}: field '{where}': {first['msg']}; see orchestrator/sim/script.py for "
-            "the format"
+            f"{path}: field '{where or 'top level'}': {problem}; see orchestrator/sim/script.py "
+            "for the format"
         ) from exc
 
 

@@ -21,10 +21,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from pydantic import BaseModel
 from run_helpers import RALPH, env, iterations, ledger, make_project, prd
 
-from orchestrator.config import Config, _numeric_kinds, load_config
+from orchestrator.config import _field_at, _numeric_kinds, _unwrap, known_keys, load_config
 from orchestrator.errors import ConfigError
 
 AGENT = r"""
@@ -392,14 +391,10 @@ def test_agent_command_that_is_a_folder(tmp_path: Path) -> None:
 
 def _numeric_keys() -> list[str]:
     keys = []
-    for name, field in Config.model_fields.items():
-        ann = field.annotation
-        if isinstance(ann, type) and issubclass(ann, BaseModel):
-            keys += [
-                f"{name}.{k}" for k, f in ann.model_fields.items() if _numeric_kinds(f.annotation)
-            ]
-        elif _numeric_kinds(ann):
-            keys.append(name)
+    for key in known_keys():
+        field = _field_at(tuple(key.split(".")))
+        if field is not None and _numeric_kinds(field.type):
+            keys.append(key)
     return keys
 
 
@@ -434,17 +429,17 @@ def test_bad_number_for_every_numeric_key_is_one_clear_error(
 
 @pytest.mark.parametrize("key", NUMERIC_KEYS)
 def test_exponent_without_dot_is_a_number(tmp_path: Path, key: str) -> None:
-    section, _, name = key.rpartition(".")
-    model = getattr(Config.model_fields[section].annotation, "model_fields", {}) if section else {}
-    field = model[name] if section else Config.model_fields[name]
+    field = _field_at(tuple(key.split(".")))
+    assert field is not None
     # 1e0 where 1 is allowed; 2e0 for a key whose minimum is 2 (references.max_topics).
-    floor = next((m.ge for m in field.metadata if getattr(m, "ge", None) is not None), 1)
+    meta = _unwrap(field.type)[1]
+    floor = meta.ge if meta is not None and meta.ge is not None else 1
     number = 2 if floor == 2 else 1
     (tmp_path / "ralph.yaml").write_text(yaml.safe_dump(_nested(key, f"{number}e0")))
     value: object = load_config(tmp_path / "ralph.yaml")
     for part in key.split("."):
         value = getattr(value, part)
-    if float in _numeric_kinds(field.annotation):
+    if float in _numeric_kinds(field.type):
         assert value == float(number) and isinstance(value, float) and math.isfinite(value)
     else:  # NeN is the integer N for an int key
         assert value == number and isinstance(value, int)
