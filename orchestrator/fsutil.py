@@ -217,6 +217,12 @@ def read_bytes(path: Path | str) -> bytes:
     """The bytes of a regular file. A missing file raises FileNotFoundError (callers decide
     what absent means) unless it is a dangling symlink; any other OSError, or a FIFO/device/
     folder in its place (which would block or mislead), is a FileError naming the file."""
+    return read_bytes_stat(path)[0]
+
+
+def read_bytes_stat(path: Path | str) -> tuple[bytes, os.stat_result]:
+    """read_bytes, and the file's stat taken on the open file before reading it (what
+    memory.seen keys a file by), with the same errors."""
     try:
         # O_NONBLOCK: opening a FIFO must not wait for a writer; checked just below.
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -235,7 +241,7 @@ def read_bytes(path: Path | str) -> bytes:
         chunks = []
         while chunk := os.read(fd, max(st.st_size + 1, 1 << 16)):
             chunks.append(chunk)
-        return b"".join(chunks)
+        return b"".join(chunks), st
     except FileError:
         raise
     except OSError as exc:

@@ -1,17 +1,22 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
 from conftest import corpus_cases
 
 from orchestrator import fsutil
+from orchestrator.memory import progress as progress_mod
+from orchestrator.memory import seen as seen_mod
 from orchestrator.memory.prd import Prd
 from orchestrator.memory.progress import Progress
+from orchestrator.memory.store import Memory
 from orchestrator.project import Project, locate
 from orchestrator.run.checks import merge_history, snapshot, verify
 
@@ -283,6 +288,71 @@ def test_deleted_reference_is_restored(project: Project) -> None:
     assert "reference_deleted" in [f.kind for f in report.warnings()]
     assert (project.references.dir / "auth-flow.md").read_text().startswith("# Auth flow")
     assert report.restored_files == ["ralph/references/auth-flow.md"]
+
+
+def test_checks_reuse_unchanged_references_but_see_an_edit_that_kept_size_and_mtime(
+    project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The snapshot reuses the prompt's reads and the checks the snapshot's, file by file
+    while the stat is unchanged: an agent that rewrites a reference to the same size and
+    puts its mtime back still changed its ctime, so the edit is seen."""
+    monkeypatch.setattr(seen_mod, "RACY_NS", 0)  # the fixture's files are milliseconds old
+    refs = project.references.dir
+    (refs / "other.md").write_text("# Other\n- stays as it is\n")
+    time.sleep(0.05)
+    memory = Memory.load(project)
+    snap = snapshot(project, memory=memory)
+    assert snap.references["ralph/references/other.md"] == b"# Other\n- stays as it is\n"
+    time.sleep(0.05)
+    agent(
+        project,
+        """
+import os
+p = P('ralph/references/auth-flow.md')
+st = p.stat()
+p.write_text('x' * st.st_size)
+os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))
+""",
+    )
+    opened: list[str] = []
+    real = fsutil.read_bytes_stat
+
+    def spy(path: Path | str) -> tuple[bytes, os.stat_result]:
+        opened.append(Path(path).name)
+        return real(path)
+
+    monkeypatch.setattr(fsutil, "read_bytes_stat", spy)
+    report = verify(snap, project, "US-002")
+    assert report.updated_references == ["ralph/references/auth-flow.md"]
+    assert "other.md" not in opened and "auth-flow.md" in opened
+
+
+def test_an_appended_log_has_its_index_rows_read_once(
+    project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The agent appends its entry: the checks parse the new progress.txt but take the
+    index rows already read for the prompt (same table text); a table it edited is read."""
+    parsed: list[str] = []
+    real = progress_mod._parse_rows
+
+    def spy(index_text: str) -> list[progress_mod.IndexRow]:
+        parsed.append(index_text)
+        return real(index_text)
+
+    monkeypatch.setattr(progress_mod, "_parse_rows", spy)
+    snap = snapshot(project, memory=Memory.load(project))
+    agent(project, MARK_PASSED + APPEND_ENTRY + COMMIT)
+    report = verify(snap, project, "US-002")
+    assert report.ok and report.new_entries == 1 and len(parsed) == 1
+    snap = snapshot(project, memory=Memory.load(project))
+    agent(
+        project,
+        "p = P('progress.txt'); t = p.read_text()\n"
+        "p.write_text(t.replace('auth-flow.md |', 'auth-flow.md |\\n| Gone | "
+        "ralph/references/gone.md |'))\n",
+    )
+    report = verify(snap, project, "US-003")
+    assert "index_missing_file" in [f.kind for f in report.errors()] and len(parsed) == 3
 
 
 def test_deleted_files_and_folders_are_restored(project: Project) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from run_helpers import git, make_project
 
+from orchestrator import git as orchestrator_git
 from orchestrator import ledger
 from orchestrator.agents import get_agent, limits
 from orchestrator.agents.base import AgentResult, Usage
@@ -104,6 +105,39 @@ def test_workstate_sees_edits_to_dirty_files_and_ignores_logs(tmp_path: Path) ->
     (root / "ralph/logs/x.log").write_text("more noise")
     assert WorkState.capture(root, ["ralph/logs"]).tree == s3.tree
     assert s3.head != s1.head
+
+
+def test_workstate_sees_edits_to_modified_tracked_files_and_diffs_only_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tracked file already modified, edited again, is progress though `git status` says
+    the same; a mode change too. A clean tree asks git for no diff at all, a dirty one a diff
+    of its changed paths only (a name with pathspec characters taken literally)."""
+    root = make_project(tmp_path / "p", 1)
+    for name in ("a.txt", "b*.txt", "c.txt"):
+        (root / name).write_text("zero\n")
+    git(root, "add", "-A")
+    git(root, "commit", "-qm", "files")
+    diffs: list[list[str]] = []
+    real = orchestrator_git.output
+
+    def spy(args, cwd):
+        if args[0] == "diff":
+            diffs.append(list(args))
+        return real(args, cwd)
+
+    monkeypatch.setattr(orchestrator_git, "output", spy)
+    clean = WorkState.capture(root, ["ralph/logs"])
+    assert diffs == [] and clean.dirty == frozenset()
+    (root / "b*.txt").write_text("one\n")
+    s1 = WorkState.capture(root, ["ralph/logs"])
+    assert diffs[-1][-1] == ":(literal)b*.txt" and len(diffs[-1]) == 6
+    (root / "b*.txt").write_text("two\n")  # still " M b*.txt" for git status
+    s2 = WorkState.capture(root, ["ralph/logs"])
+    assert s1.tree != s2.tree != clean.tree
+    (root / "b*.txt").chmod(0o755)
+    assert WorkState.capture(root, ["ralph/logs"]).tree != s2.tree
+    assert s2.dirty == frozenset({"b*.txt"})
 
 
 def record(**fields) -> ledger.IterationRecord:
@@ -250,6 +284,39 @@ def test_each_iteration_parses_prd_and_progress_once_before_and_once_after(
     # Inside the iteration: prd.json after the agent; progress.txt before and after. The
     # "before" prd.json parse is the loop's own, made to pick the story.
     assert per_iteration == [{"prd": 1, "progress": 2}]
+    # The whole run: prd.json read once before the agent (the start-up check, whose parse
+    # picks the story) and once after (the checks' parse, which says the run is complete).
+    assert calls["prd"] == 2
+
+
+def test_an_attempt_that_left_prd_and_progress_untouched_parses_neither_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An agent that did not get as far as its story: prd.json and progress.txt read after
+    it are the texts read before, so their parses are reused; the checks still run."""
+    root = make_project(tmp_path / "p", 2)
+    project = locate(root)
+    prd = Prd.load(project.prd_path)
+    story = prd.next_story()
+    assert story is not None
+    ctx = Context(
+        project=project,
+        agent=get_agent("sim", project.config.agent("sim")),
+        display=Display(quiet=True),
+        run_dir=tmp_path / "run",
+        mode="indexed",
+        max_iterations=3,
+    )
+    it = Iteration(ctx, 1, story, prd)
+    parses = []
+    monkeypatch.setattr(Prd, "parse", classmethod(lambda cls, *a, **k: parses.append("prd")))
+    monkeypatch.setattr(
+        Progress, "parse", classmethod(lambda cls, *a, **k: parses.append("progress"))
+    )
+    attempt = it._assess(RunOutcome(0, "", None, False, 1.0), AgentResult(), it.start, Path("t"))
+    report = it.verify(attempt)
+    assert parses == [] and attempt.outcome_name() == "no_progress"
+    assert report.prd is prd and not report.story_passed and report.ok
 
 
 def test_a_prd_json_broken_by_the_agent_is_an_error_then_restored(tmp_path: Path) -> None:

@@ -252,6 +252,14 @@ class Progress:
     def _rows(self) -> list[IndexRow]:
         return _parse_rows(self.index_text)  # 10,000 rows: read once per Progress
 
+    def with_rows_of(self, other: Progress) -> Progress:
+        """self, taking `other`'s index rows as already read when both index tables are the
+        same text (a log the agent appended to: its 10,000 rows are not read twice)."""
+        read = "_rows" in other.__dict__ and "_rows" not in self.__dict__
+        if read and self.index_text == other.index_text:
+            self.__dict__["_rows"] = other._rows  # never edited: index_rows hands out copies
+        return self
+
     @property
     def entries(self) -> list[Entry]:
         """The log's entries in file order (a copy; reading them is cached)."""

@@ -18,6 +18,7 @@ from orchestrator import fsutil, tokens
 from orchestrator.errors import PathEscapeError
 from orchestrator.memory import areas
 from orchestrator.memory.progress import Progress
+from orchestrator.memory.seen import Seen
 
 if TYPE_CHECKING:
     from orchestrator.memory.references import ReferenceStore
@@ -61,12 +62,16 @@ class Memory:
     # Index rows whose path leads out of the references folder: left out of the memory (a
     # confused agent's row must not stop an unattended run), each as a fix-up sentence.
     refused: list[str] = field(default_factory=list)
+    # The references' files as read here, by stat: the snapshot before the agent reuses
+    # those still unchanged rather than read 10,000 files again.
+    seen: Seen = field(default_factory=Seen, repr=False, compare=False)
 
     @classmethod
     def load(cls, project: MemorySource) -> Memory:
         """`project` is a project.Project, or anything with root, progress_path, references
         (a ReferenceStore) and config.encoding."""
         encoding = _encoding(project)
+        seen = Seen()
         tokens.use_disk_cache(getattr(project, "logs_dir", None))
         progress_path = Path(project.progress_path)
         text = fsutil.read_text(progress_path) if fsutil.present(progress_path) else ""
@@ -76,7 +81,7 @@ class Memory:
         refused: list[str] = []
         for row in progress.index_rows:
             try:
-                ref = _reference(store, row.topic, row.path, encoding, progress_path)
+                ref = _reference(store, row.topic, row.path, encoding, progress_path, seen)
             except PathEscapeError as e:
                 shown = os.path.relpath(progress_path, getattr(project, "root", "."))
                 where = f"{shown}:{_row_line(text, row.path)}"
@@ -85,8 +90,8 @@ class Memory:
             refs.append(ref)
             if ref.exists and areas.is_area(ref.text):
                 ref.is_area = True
-                refs.extend(_nested(store, ref, encoding, progress_path))
-        return cls(progress, text, refs, encoding, refused)
+                refs.extend(_nested(store, ref, encoding, progress_path, seen))
+        return cls(progress, text, refs, encoding, refused, seen)
 
     def full_history_tokens(self, encoding: str | None = None) -> int:
         """What Ralph itself would load each iteration: all of progress.txt."""
@@ -126,12 +131,27 @@ class FastStore:
                 elif e.is_file():
                     self.plain.add(prefix + e.name)
 
-    def resolve(self, index_path: str) -> Path:
+    def plain_rel(self, index_path: str) -> str | None:
+        """The name under the folder ("a/b.md") when `index_path` names one of its plain
+        files as listed, else None (then only `resolve` can tell)."""
         head = f"{self.rel_dir}/"
         if index_path.startswith(head) and ".." not in index_path and "\\" not in index_path:
             rel = index_path[len(head) :]
             if rel in self.plain:
-                return self.folder / rel
+                return rel
+        return None
+
+    def resolve(self, index_path: str) -> Path:
+        rel = self.plain_rel(index_path)
+        if rel is not None:
+            return self.folder / rel
+        return Path(self.store.resolve(index_path))
+
+    def resolve_name(self, index_path: str) -> str | Path:
+        """`resolve`, a plain file as a string (reading needs no Path object)."""
+        rel = self.plain_rel(index_path)
+        if rel is not None:
+            return f"{self.folder}{os.sep}{rel}" if os.sep == "/" else self.folder / rel
         return Path(self.store.resolve(index_path))
 
 
@@ -143,12 +163,14 @@ def _row_line(text: str, path: str) -> int:
     return 0
 
 
-def _nested(store: PathResolver, area: Reference, encoding: str, progress: Path) -> list[Reference]:
+def _nested(
+    store: PathResolver, area: Reference, encoding: str, progress: Path, seen: Seen | None = None
+) -> list[Reference]:
     """The topics an area reference lists (one level: they are never areas themselves)."""
     out = []
     for topic, path in areas.nested_rows(area.text):
         try:
-            ref = _reference(store, topic, path, encoding, progress)
+            ref = _reference(store, topic, path, encoding, progress, seen)
         except PathEscapeError:
             continue  # `ralph check` reports it against the area file; a prompt goes on
         ref.area = area.topic
@@ -162,19 +184,27 @@ def _encoding(project: MemorySource) -> str:
 
 
 def _reference(
-    store: PathResolver, topic: str, path: str, encoding: str, progress: Path
+    store: PathResolver,
+    topic: str,
+    path: str,
+    encoding: str,
+    progress: Path,
+    seen: Seen | None = None,
 ) -> Reference:
     try:
-        file = store.resolve(path)
+        file = store.resolve_name(path) if isinstance(store, FastStore) else store.resolve(path)
     except PathEscapeError as e:
         raise PathEscapeError(f"{progress}: Progress Index row {topic!r}: {e}") from None
     # An unreadable reference (permissions, a folder or FIFO in its place) is an error that
     # names it (read_text raises the FileError `fsutil.present` would), never a silently
     # empty memory. One open per file, no stat before it: 10,000 references are read here.
     try:
-        text = fsutil.read_text(file)
+        data, st = fsutil.read_bytes_stat(file)
     except FileNotFoundError:
         return Reference(topic=topic, path=path, text="", tokens=0, exists=False)
+    text = data.decode("utf-8", errors="surrogateescape")  # as fsutil.read_text
+    if seen is not None:
+        seen.add(st, text)
     return Reference(
         topic=topic, path=path, text=text, tokens=tokens.count(text, encoding), exists=True
     )

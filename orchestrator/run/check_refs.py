@@ -29,7 +29,8 @@ def check_references(
     snap: Snapshot, project: Project, report: CheckReport, progress: Progress | None
 ) -> None:
     store = project.references
-    after = reference_bytes(project)
+    # Only the files whose stat changed since the snapshot are read (the agent's edits).
+    after = reference_bytes(project, snap.seen)
     if _repair_references(snap, project, report, after):
         after = reference_bytes(project)  # again: repairs put the old versions back
     changed = sorted(p for p, d in after.items() if snap.references.get(p) != d)
@@ -135,19 +136,41 @@ def _text(data: bytes) -> str:
     return data.decode("utf-8", errors="surrogateescape")
 
 
+class _Indexed:
+    """The files the index rows point to: names under the references folder for the rows
+    FastStore answers from its listing (strings: 10,000 Path objects cost a third of a
+    second), Paths for any other row and for files listed by an area reference."""
+
+    def __init__(self, fast: FastStore) -> None:
+        self.fast = fast
+        self.rels: set[str] = set()
+        self.paths: set[Path] = set()
+
+    def __contains__(self, target: Path) -> bool:
+        if target in self.paths:
+            return True
+        folder = getattr(self.fast, "folder", None)
+        head, path = f"{folder}{os.sep}", str(target)
+        return (
+            folder is not None
+            and path.startswith(head)
+            and (path[len(head) :].replace(os.sep, "/") in self.rels)
+        )
+
+
 def _check_rows(
     progress: Progress,
     store: ReferenceStore,
     old_rows: set[tuple[str, str]],
     report: CheckReport,
     files: dict[str, bytes] | None = None,
-) -> set[Path]:
+) -> _Indexed:
     """Validate the index table; return the files its rows point to. `files` is the
     folder's content as reference_bytes read it (by index path), when the caller has it."""
     _check_table_syntax(progress, report)
-    indexed: set[Path] = set()
     seen: set[str] = set()
     fast = FastStore(store)  # store.resolve's answers, the folder listed once
+    indexed = _Indexed(fast)
     for row in progress.index_rows:
         # Rows the agent added or changed are its errors; older ones are only reminders.
         severity: Severity = "warning" if (row.topic, row.path) in old_rows else "error"
@@ -160,43 +183,50 @@ def _check_rows(
                 row.path,
             )
         seen.add(row.topic.lower())
-        try:
-            target = fast.resolve(row.path)
-        except PathEscapeError as exc:
-            report.add(
-                "index_path_escapes",
-                severity,
-                str(exc),
-                f"point the row at a file under {store.rel_dir}/",
-                row.path,
-            )
+        rel = fast.plain_rel(row.path)
+        data = files.get(f"{fast.rel_dir}/{rel}") if rel is not None and files else None
+        if rel is not None and data is not None:  # a plain file of the folder, just read
+            indexed.rels.add(rel)
+            if b"eference" in data:  # areas.is_area's own first test, before decoding
+                indexed.paths |= _nested_targets(store, fast.folder / rel, data)
             continue
-        if not target.is_file():
-            report.add(
-                "index_missing_file",
-                severity,
-                f"index row '{row.topic}' points to {row.path}, which does not exist",
-                "create the file or fix the row's path",
-                row.path,
-            )
-            continue
-        indexed.add(target)
-        indexed |= _nested_targets(store, target, _known(fast, target, files))
+        target = _row_target(fast, row.topic, row.path, severity, store, report)
+        if target is not None:
+            indexed.paths.add(target)
+            indexed.paths |= _nested_targets(store, target)
     return indexed
 
 
-def _known(fast: FastStore, target: Path, files: dict[str, bytes] | None) -> bytes | None:
-    """`target`'s bytes from `files` when it is a plain file of the folder FastStore listed
-    (reading 10,000 references once more per iteration cost a second)."""
-    folder = getattr(fast, "folder", None)
-    if files is None or folder is None:
+def _row_target(
+    fast: FastStore,
+    topic: str,
+    path: str,
+    severity: Severity,
+    store: ReferenceStore,
+    report: CheckReport,
+) -> Path | None:
+    """The existing file a row points to, or None after reporting why there is none."""
+    try:
+        target = fast.resolve(path)
+    except PathEscapeError as exc:
+        report.add(
+            "index_path_escapes",
+            severity,
+            str(exc),
+            f"point the row at a file under {store.rel_dir}/",
+            path,
+        )
         return None
-    # Strings, not Path.relative_to: this runs once per index row.
-    head, path = f"{folder}{os.sep}", str(target)
-    if not path.startswith(head):
+    if not target.is_file():
+        report.add(
+            "index_missing_file",
+            severity,
+            f"index row '{topic}' points to {path}, which does not exist",
+            "create the file or fix the row's path",
+            path,
+        )
         return None
-    rel = path[len(head) :].replace(os.sep, "/")
-    return files.get(f"{fast.rel_dir}/{rel}") if rel in fast.plain else None
+    return target
 
 
 def _nested_targets(store: ReferenceStore, area: Path, data: bytes | None = None) -> set[Path]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import datetime as _dt
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from orchestrator import fsutil, git, redact
 from orchestrator.errors import InputError
@@ -16,6 +16,7 @@ from orchestrator.log import get_logger
 from orchestrator.memory.findings import Finding, Severity
 from orchestrator.memory.prd import Prd
 from orchestrator.memory.progress import Progress
+from orchestrator.memory.seen import Seen
 from orchestrator.memory.store import Memory
 from orchestrator.project import Project, ensure_logs_dir
 
@@ -37,6 +38,23 @@ class Snapshot:
     prd_error: str | None = None
     progress: Progress = field(default_factory=lambda: Progress.parse(""), compare=False)
 
+    @property
+    def prd_state(self) -> PrdState:
+        """prd.json as the snapshot read it."""
+        return PrdState(self.prd_text, self.prd, self.prd_error)
+
+    # The references as read for `references`, by stat: the checks after the agent read
+    # again only the files whose stat changed.
+    seen: Seen = field(default_factory=Seen, compare=False, repr=False)
+
+
+class GitState(NamedTuple):
+    """git HEAD (None outside git or before a first commit) and the paths `git status`
+    shows modified or untracked, as the iteration already asked git for them."""
+
+    head: str | None
+    dirty: frozenset[str]
+
 
 @dataclass(frozen=True)
 class PrdState:
@@ -48,13 +66,17 @@ class PrdState:
     error: str | None = None
 
     @classmethod
-    def read(cls, path: Path) -> PrdState:
+    def read(cls, path: Path, before: PrdState | None = None) -> PrdState:
+        """`before`: prd.json as read earlier; the same text keeps its parse (a Prd is never
+        edited in place: changes go to a new parse)."""
         text = read_or_none(path)
         if text is None:  # missing, or a folder: Prd.load's message says which
             try:
                 Prd.load(path)
             except InputError as exc:
                 return cls(None, None, str(exc))
+        if before is not None and text is not None and text == before.text:
+            return before
         return cls.of(text, path)
 
     @classmethod
@@ -151,17 +173,32 @@ def read_or_none(path: Path) -> str | None:
         return None
 
 
-def reference_bytes(project: Project) -> dict[str, bytes]:
-    store = project.references
-    return {index_path: fsutil.read_bytes(p) for index_path, p in store.indexed_files()}
+def reference_bytes(
+    project: Project, known: Seen | None = None, into: Seen | None = None
+) -> dict[str, bytes]:
+    """Every reference's bytes by index path. `known`: files read a moment ago, reused when
+    their stat is unchanged (memory.seen); `into` records this read for the next one."""
+    files = project.references.indexed_names()
+    if known is None:
+        known = Seen()  # knows nothing: every file is read
+    return {index_path: known.read_bytes(p, into) for index_path, p in files}
 
 
-def snapshot(project: Project, prd: Prd | None = None, memory: Memory | None = None) -> Snapshot:
+def snapshot(
+    project: Project,
+    prd: Prd | None = None,
+    memory: Memory | None = None,
+    *,
+    git_state: GitState | None = None,
+) -> Snapshot:
     """What verify() compares against; take it right before the agent runs.
 
     `prd` and `memory` are what the iteration already read a moment ago (the story was
     picked from that prd.json, the prompt built from that progress.txt): their texts are
-    used as they are, so neither file is read or parsed a second time."""
+    used as they are, so neither file is read or parsed a second time. `git_state` is git's
+    answer of the same moment (HEAD, dirty paths), when the caller already asked."""
+    if git_state is None:
+        git_state = GitState(git_head(project), git_dirty(project))
     # The loop's prd is never edited, so render() gives back the exact bytes read.
     before = PrdState(prd.render(), prd) if prd is not None else PrdState.read(project.prd_path)
     if memory is not None and fsutil.present(project.progress_path):
@@ -170,17 +207,20 @@ def snapshot(project: Project, prd: Prd | None = None, memory: Memory | None = N
     else:
         progress_text = read_or_none(project.progress_path)
         progress = Progress.parse(progress_text or "")
+    seen = Seen()
+    known = memory.seen if memory is not None else None
     return Snapshot(
         taken_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         prd_text=before.text,
         progress_text=progress_text,
-        references=reference_bytes(project),
-        head=git_head(project),
-        dirty=git_dirty(project),
+        references=reference_bytes(project, known, into=seen),
+        head=git_state.head if project.in_git else None,
+        dirty=git_state.dirty if project.in_git else frozenset(),
         in_git=project.in_git,
         prd=before.prd,
         prd_error=before.error,
         progress=progress,
+        seen=seen,
     )
 
 

@@ -34,6 +34,7 @@ from orchestrator.project import Project
 from orchestrator.run.check_refs import check_references
 from orchestrator.run.check_state import (
     CheckReport,
+    GitState,
     PrdState,
     Snapshot,
     git_dirty,
@@ -174,7 +175,10 @@ def _check_progress(snap: Snapshot, project: Project, report: CheckReport) -> Pr
             )
             restore(project, report, path, merged)
             now = merged
-    progress = Progress.parse(now)
+    if now == snap.progress_text:  # untouched: the snapshot's parse, nothing new in it
+        _check_entry(snap, snap.progress, report, shown)
+        return snap.progress
+    progress = Progress.parse(now).with_rows_of(snap.progress)
     _check_entry(snap, progress, report, shown)
     _check_fence(snap, now, report, shown)
     return progress
@@ -197,8 +201,11 @@ def _check_fence(snap: Snapshot, now: str, report: CheckReport, shown: str) -> N
 def _check_entry(snap: Snapshot, progress: Progress, report: CheckReport, shown: str) -> None:
     # rstrip: appending after an entry moves the blank line between them into the old one.
     # Texts first: only the new entries are read (reading 3,000 took seconds per iteration).
-    old = {t.rstrip() for t in snap.progress.entry_texts}
-    new = [entry_from(t) for t in progress.entry_texts if t.rstrip() not in old]
+    if progress is snap.progress:
+        new = []
+    else:
+        old = {t.rstrip() for t in snap.progress.entry_texts}
+        new = [entry_from(t) for t in progress.entry_texts if t.rstrip() not in old]
     report.new_entries = len(new)
     sid = report.story_id.lower()
     mine = [e for e in new if sid in e.heading.lower() or sid in (i.lower() for i in e.story_ids)]
@@ -216,9 +223,11 @@ def _check_entry(snap: Snapshot, progress: Progress, report: CheckReport, shown:
 # --------------------------------------------------------------------------- git
 
 
-def _check_git(snap: Snapshot, project: Project, report: CheckReport, title: str) -> None:
+def _check_git(
+    snap: Snapshot, project: Project, report: CheckReport, title: str, now: GitState | None
+) -> None:
     report.head_before = snap.head
-    report.head_after = git_head(project)
+    report.head_after = now.head if now is not None else git_head(project)
     if not snap.in_git:
         report.add("no_git", "info", "not a git repository: commit checks skipped")
         return
@@ -248,15 +257,18 @@ def _check_git(snap: Snapshot, project: Project, report: CheckReport, title: str
             f"no new commit message names {report.story_id}",
             f"use 'feat: {report.story_id} - {title}'",
         )
-    _check_clean(snap, project, report)
+    _check_clean(snap, project, report, now)
 
 
-def _check_clean(snap: Snapshot, project: Project, report: CheckReport) -> None:
+def _check_clean(
+    snap: Snapshot, project: Project, report: CheckReport, now: GitState | None
+) -> None:
+    # `now` was taken before any repair: a repair writes only the files it restores (left
+    # out below) and backups under the logs folder (left out too), so it is still exact.
     ours = set(report.restored_files)
     logs = project.rel(project.logs_dir).rstrip("/") + "/"
-    left = sorted(
-        p for p in git_dirty(project) - snap.dirty if p not in ours and not p.startswith(logs)
-    )
+    dirty = now.dirty if now is not None else git_dirty(project)
+    left = sorted(p for p in dirty - snap.dirty if p not in ours and not p.startswith(logs))
     if left:
         more = f" (+{len(left) - 5} more)" if len(left) > 5 else ""
         report.add(
@@ -271,20 +283,26 @@ def _check_clean(snap: Snapshot, project: Project, report: CheckReport) -> None:
 
 
 def verify(
-    snap: Snapshot, project: Project, story: Story | str, *, after: PrdState | None = None
+    snap: Snapshot,
+    project: Project,
+    story: Story | str,
+    *,
+    after: PrdState | None = None,
+    git_after: GitState | None = None,
 ) -> CheckReport:
     """Check the iteration's work against `snap`, repairing lost history; see module doc.
 
     `after` is prd.json as the caller already read it once the agent was done (the loop
     does, to see whether the story passed); None reads it here. `report.prd` is prd.json as
-    the checks leave it."""
+    the checks leave it. `git_after` is git's HEAD and dirty paths once the agent was
+    done, when the caller asked already (None asks here)."""
     story_id = story if isinstance(story, str) else story.id
     title = "" if isinstance(story, str) else story.title
     report = CheckReport(story_id=story_id)
     _check_prd(snap, project, report, after or PrdState.read(project.prd_path))
     progress = _check_progress(snap, project, report)
     check_references(snap, project, report, progress)
-    _check_git(snap, project, report, title or "<title>")
+    _check_git(snap, project, report, title or "<title>", git_after)
     for f in report.findings:
         if f.severity != "info":
             log.debug("checks.finding", kind=f.kind, severity=f.severity, story=story_id)

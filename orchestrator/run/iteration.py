@@ -15,7 +15,7 @@ with the ralph logs folder excluded (the ledger and transcripts change every ite
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,7 @@ from orchestrator.memory import usage
 from orchestrator.memory.prd import Prd, Story
 from orchestrator.memory.store import Memory
 from orchestrator.project import Project
-from orchestrator.run import checks, prompt
+from orchestrator.run import check_state, checks, prompt
 from orchestrator.run.check_state import PrdState
 from orchestrator.run.display import Display
 
@@ -37,34 +37,65 @@ log = get_logger()
 SENTINEL = "<promise>COMPLETE</promise>"
 
 
+# More dirty tracked paths than this: one `git diff` of the whole tree, not a path list.
+_DIFF_PATHS_MAX = 200
+
+
 @dataclass(frozen=True)
 class WorkState:
     """HEAD and a digest of the uncommitted changes (content, not just paths: an agent that
-    edits an already-dirty file made progress too)."""
+    edits an already-dirty file made progress too). `dirty` is every path `git status`
+    showed (logs included; None outside git): the post-story checks reuse it rather than
+    ask git again."""
 
     head: str | None
     tree: str | None
+    dirty: frozenset[str] | None = field(default=None, compare=False)
 
     @classmethod
     def capture(cls, root: Path, exclude: list[str]) -> WorkState:
         head = git.head(root)
-        spec = ["--", "."] + [f":(exclude){e}" for e in exclude]
-        status = git.output(
-            ["--no-optional-locks", "status", "--porcelain=v1", "-uall", *spec], root
-        )
-        if status is None:
+        entries = git.status(root)
+        if entries is None:
             return cls(head=None, tree=None)
-        diff = (
-            git.output(["diff", "HEAD", "--no-ext-diff", "--binary", *spec], root) if head else ""
-        )
-        h = hashlib.sha256((status + "\0" + (diff or "")).encode())
-        # Untracked files are in `status` by name only: hash their content too.
-        for line in status.splitlines():
-            if line.startswith("?? "):
-                p = root / line[3:].strip('"')
+        dirty = frozenset(e.path for e in entries)
+        mine = [e for e in entries if not _excluded(e.path, exclude)]
+        h = hashlib.sha256()
+        for e in mine:
+            h.update(f"{e.code} {e.path}\0{e.orig or ''}\0".encode("utf-8", "surrogateescape"))
+        h.update(b"\0" + _diff(root, head, mine, exclude).encode("utf-8", "surrogateescape"))
+        # Untracked files are in the status by name only: hash their content too.
+        for e in mine:
+            if e.code == "??":
+                p = root / e.path
                 if p.is_file():
                     h.update(p.read_bytes())
-        return cls(head=head.strip() if head else None, tree=h.hexdigest())
+        return cls(head=head.strip() if head else None, tree=h.hexdigest(), dirty=dirty)
+
+    def git(self) -> check_state.GitState:
+        """HEAD and the dirty paths as the post-story checks take them."""
+        return check_state.GitState(self.head, self.dirty or frozenset())
+
+
+def _excluded(path: str, exclude: list[str]) -> bool:
+    return any(path == e or path.startswith(e.rstrip("/") + "/") for e in exclude)
+
+
+def _diff(root: Path, head: str | None, entries: list[git.StatusEntry], exclude: list[str]) -> str:
+    """`git diff HEAD` of the tracked paths the status shows changed: every other path has
+    no difference to show, so a clean tree needs no diff (at 10,000 files one cost more CPU
+    than the rest of an iteration's git calls together)."""
+    if not head:
+        return ""
+    paths = sorted({p for e in entries if e.code != "??" for p in (e.path, e.orig) if p})
+    if not paths:
+        return ""
+    base = ["diff", "HEAD", "--no-ext-diff", "--binary", "--"]
+    if len(paths) > _DIFF_PATHS_MAX:
+        spec = [".", *(f":(exclude){e}" for e in exclude)]
+    else:
+        spec = [f":(literal){p}" for p in paths]
+    return git.output([*base, *spec], root) or ""
 
 
 @dataclass
@@ -204,11 +235,13 @@ class Iteration:
         # The copy kept in the logs is redacted; the agent gets the exact prompt only while
         # it runs (spawn), so a key an agent wrote into a reference stays out of our logs.
         redact.write_text(self.prompt_file, self.assembled.text)
-        with prompt.gc_paused():  # reads every reference again
-            self.snapshot = checks.snapshot(self.project, prd=prd, memory=memory)
         # Progress is judged against the state before the first attempt, so a retry that
         # follows a partial attempt still sees that attempt's changes.
         self.start = self._state()
+        with prompt.gc_paused():  # git's answers above reused, not asked again
+            self.snapshot = checks.snapshot(
+                self.project, prd=prd, memory=memory, git_state=self.start.git()
+            )
 
     # ---- spawn ------------------------------------------------------------------------------
     def _exclude(self) -> list[str]:
@@ -265,7 +298,8 @@ class Iteration:
         transcript: Path,
     ) -> Attempt:
         passed = all_passed = False
-        after = PrdState.read(Path(self.project.prd_path))
+        # Unchanged (an attempt that did not get as far as its story): the snapshot's parse.
+        after = PrdState.read(Path(self.project.prd_path), before=self.snapshot.prd_state)
         problem = after.error  # set whenever prd.json did not parse
         if after.prd is not None:
             try:
@@ -295,9 +329,13 @@ class Iteration:
     def verify(self, attempt: Attempt) -> checks.CheckReport:
         """Post-story checks (they repair lost history); `all_passed` follows prd.json as
         the checks leave it, since a repair may have restored it."""
-        with prompt.gc_paused():  # reads every reference and the index again
+        with prompt.gc_paused():  # the index and every reference whose stat changed
             self.report = checks.verify(
-                self.snapshot, self.project, self.story, after=attempt.prd_after
+                self.snapshot,
+                self.project,
+                self.story,
+                after=attempt.prd_after,
+                git_after=attempt.after.git(),
             )
         attempt.passed = bool(self.report.story_passed)
         attempt.all_passed = self.report.prd is not None and self.report.prd.all_passed()

@@ -15,6 +15,7 @@ interrupted and leaves every file as it was. The CLI (commands/run.py) only pars
 from __future__ import annotations
 
 import contextlib
+import gc
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -78,8 +79,14 @@ def run(project: Project, options: RunOptions | None = None) -> RunSummary:
     """Run the loop on `project`. Raises FatalError subclasses for budget (3), stuck (4),
     interrupted (128 + signal) and input/config problems (2)."""
     options = options or RunOptions()
-    with lock.project_lock(project, command="ralph run"), runner.stop_signals_interrupt():
-        return Loop(project, options).run()
+    try:
+        with lock.project_lock(project, command="ralph run"), runner.stop_signals_interrupt():
+            return Loop(project, options).run()
+    finally:
+        # The command ends here: what the run made is put out of the cyclic collector's
+        # reach, so the collections at exit do not walk it (with 10,000 references that
+        # walk cost 0.4 s of CPU). Objects are still freed by their reference counts.
+        gc.freeze()
 
 
 def _crashed(rec: IterationRecord) -> bool:
@@ -122,6 +129,10 @@ class Loop:
         self.calls = 0  # agent calls that count against max_iterations (retries included)
         self.retries = 0
         self.rechecks = 0  # waits in a row on a limit message whose reset already passed
+        # prd.json as last read or left by the checks, for the loop's next look at it: each
+        # file is parsed once before the agent and once after (3,000 stories: 0.1 s each).
+        self.prd: Prd | None = None
+        self._last_prd: Prd | None = None
 
     # ---- the run --------------------------------------------------------------------------
     def run(self) -> RunSummary:
@@ -164,7 +175,9 @@ class Loop:
 
     def _prepare_files(self) -> None:
         p = self.project
-        Prd.load(Path(p.prd_path))  # a missing or invalid prd.json stops here, nothing changed
+        # A missing or invalid prd.json stops here, nothing changed; archiving copies it,
+        # never edits it, so this parse is the one the first pass picks its story from.
+        self.prd = Prd.load(Path(p.prd_path))
         result = archive.archive_on_branch_change(
             Path(p.ralph_dir),
             Path(p.progress_path),
@@ -183,7 +196,7 @@ class Loop:
             f"{self.max_iterations}{memory}"
         )
         while True:
-            prd = Prd.load(Path(self.project.prd_path))
+            prd = self._current_prd()
             story = prd.next_story()
             if story is None:
                 return (
@@ -206,6 +219,15 @@ class Loop:
             if rec.completion == "complete":
                 continue  # prd.json agrees: the next pass returns success
             self._check_stuck(rec)
+
+    def _current_prd(self) -> Prd:
+        """prd.json now: the parse the last step made (before the first pass, or the checks
+        right after the agent; nothing writes it in between), else read from disk."""
+        prd, self.prd = self.prd, None
+        if prd is None:
+            prd = Prd.load(Path(self.project.prd_path))
+        self._last_prd = prd
+        return prd
 
     def _calls_text(self) -> str:
         retries = f", {self.retries} of them retries" if self.retries else ""
@@ -269,6 +291,7 @@ class Loop:
         self.display.banner(self.iteration, self.max_iterations, self.agent.name, story.id)
         attempt = self._attempt_until_done(it)
         report = it.verify(attempt)
+        self.prd = report.prd  # None (unreadable): the next pass reads it and says why
         rec = it.record(attempt)
         self.ledger.iteration(rec)
         self.records.append(rec)
@@ -446,7 +469,8 @@ class Loop:
 
     # ---- the end ----------------------------------------------------------------------------
     def _summary(self, status: str, exit_code: int, message: str) -> RunSummary:
-        prd = Prd.load(Path(self.project.prd_path))
+        # The loop returns right after its last look at prd.json: that parse is current.
+        prd = self._last_prd or Prd.load(Path(self.project.prd_path))
         return RunSummary(
             run_id=self.ledger.run_id,
             exit_code=exit_code,
