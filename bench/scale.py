@@ -142,6 +142,11 @@ def _one(
         cwd = project.with_name(project.name + "-run")
         shutil.rmtree(cwd, ignore_errors=True)
         shutil.copytree(project, cwd, symlinks=True)
+        if (cwd / ".git").is_dir():
+            # A copy's files have new inodes and times, so git's index no longer matches
+            # their stat data and every `git status` would hash the whole tree again; a
+            # real project's index is current (each git status or commit refreshes it).
+            subprocess.run(["git", "update-index", "-q", "--refresh"], cwd=cwd, check=False)
     prefix, env = source_argv(source)
     r = timed([*prefix, *argv], cwd, timeout, env)
     r["cpu"] -= _agent_cpu(cwd)
