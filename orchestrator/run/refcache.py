@@ -41,7 +41,6 @@ import numpy as np
 from orchestrator import fsutil, tokens
 from orchestrator.log import get_logger
 from orchestrator.memory import entries, markdown, vocab
-from orchestrator.redact import redact
 from orchestrator.run import rank, where
 
 log = get_logger()
@@ -296,7 +295,7 @@ class RefCache(Plain):
             if hit is None:
                 hit = self.live[key] = _facts(src.topic, src.path, src.text)
                 at = None
-                if redact(src.text) != src.text:
+                if _holds_secret(src.text):
                     self.volatile.add(key)
                 else:
                     self.dirty = True
@@ -351,7 +350,7 @@ class RefCache(Plain):
         if type(raw) is list and len(raw) == 2 and type(raw[0]) is int and _counts(raw[1]):
             return raw[0], raw[1]
         n, made = rank.profile(text)
-        if redact(text) == text:  # a story text holding a secret is never written
+        if not _holds_secret(text):  # a story text holding a secret is never written
             self.stories[key] = [n, dict(made)]
             self.dirty = True
         return n, made
@@ -421,6 +420,14 @@ class RefCache(Plain):
             log.debug("refcache.not_saved", path=str(self.path), error=str(exc))
             return
         self.dirty = False
+
+
+def _holds_secret(text: str) -> bool:
+    """Whether redaction would change `text` (so it must not reach our file). Imported on
+    a miss only: compiling redaction's patterns costs every warm prompt ~40 ms otherwise."""
+    from orchestrator.redact import redact
+
+    return redact(text) != text
 
 
 def _corpus_of(
