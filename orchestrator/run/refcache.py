@@ -36,6 +36,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol, cast, overload
 
+import msgspec
 import numpy as np
 
 from orchestrator import fsutil, tokens
@@ -271,7 +272,7 @@ class RefCache(Plain):
 
     def _load(self) -> None:
         try:
-            data = json.loads(self.path.read_bytes())
+            data = _decode(self.path.read_bytes())
             if not isinstance(data, dict) or data.get("code") != _code_key():
                 return  # another layout or other ranking code: start afresh
             stories, logs = data["stories"], data["logs"]
@@ -420,6 +421,15 @@ class RefCache(Plain):
             log.debug("refcache.not_saved", path=str(self.path), error=str(exc))
             return
         self.dirty = False
+
+
+def _decode(raw: bytes) -> Any:
+    """The file's JSON: msgspec reads 10 MB in half the json module's time; a text kept
+    with odd bytes (a lone surrogate escape, which msgspec refuses) goes through json."""
+    try:
+        return msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        return json.loads(raw)
 
 
 def _holds_secret(text: str) -> bool:
