@@ -154,12 +154,7 @@ class _DiskCache:
     def save(self) -> None:
         if not self.dirty:
             return
-        # Only into a log folder a run made (it holds a .gitignore): `ralph status`, `prompt`
-        # and `check` on a project that never ran must leave nothing for git to see.
-        if self.create:
-            with contextlib.suppress(OSError):
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-        if not self.path.parent.is_dir():
+        if not cache_folder_ready(self.path.parent, self.create):
             return
         keep = {k: self.counts[k] for k in self.counts if k in self.used}
         for k in reversed(list(self.counts)):
@@ -185,6 +180,17 @@ def project_cache_dir(logs_dir: Path | str) -> tuple[Path, bool]:
         return logs, False
     key = hashlib.blake2b(str(logs.resolve()).encode(), digest_size=8).hexdigest()
     return user_cache_dir() / "projects" / key, True
+
+
+def cache_folder_ready(folder: Path, create: bool) -> bool:
+    """Whether a cache file may be written into `folder` (project_cache_dir's answer): a
+    user-cache folder is made on demand; a log folder only if a run made it (it holds a
+    .gitignore), so `ralph status`, `prompt` and `check` on a project that never ran leave
+    nothing in it for git to see."""
+    if create:
+        with contextlib.suppress(OSError):
+            folder.mkdir(parents=True, exist_ok=True)
+    return folder.is_dir()
 
 
 def use_disk_cache(logs_dir: Path | str | None) -> None:

@@ -392,10 +392,7 @@ class RefCache(Plain):
         """Write the file when it changed (atomically; a failure costs speed, not results)."""
         if not self.dirty or self.last is None:
             return
-        if self.create:
-            with contextlib.suppress(OSError):
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-        if not self.path.parent.is_dir():
+        if not tokens.cache_folder_ready(self.path.parent, self.create):
             return
         keys, facts, where_ = self.last
         if self.volatile.intersection(keys):
