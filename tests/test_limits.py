@@ -69,6 +69,15 @@ def test_five_hour_limit_time_just_passed_is_not_tomorrow():
     assert sig.just_passed(late) and sig.wait_seconds(late) == 0
 
 
+def test_a_reset_just_before_midnight_read_just_after_it_passed_yesterday():
+    # The stale message crosses midnight: 11:50pm read at 00:20 is half an hour ago, not
+    # 23.5 hours ahead (which a run would refuse as beyond max_wait).
+    early = datetime(2026, 12, 1, 0, 20, tzinfo=UTC)
+    sig = detect("You've hit your limit · resets 11:50pm (UTC)", now=early)
+    assert sig.reset_at == datetime(2026, 11, 30, 23, 50, tzinfo=UTC)
+    assert sig.just_passed(early) and sig.wait_seconds(early) == 0
+
+
 def test_five_hour_limit_time_long_past_means_tomorrow():
     late = datetime(2026, 11, 30, 22, 30, tzinfo=UTC)
     sig = detect("5-hour limit reached ∙ resets 9am", now=late)  # 13.5 h ago: not stale

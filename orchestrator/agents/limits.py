@@ -260,11 +260,14 @@ def _next_clock(
         if cand < local_now - timedelta(days=1):  # a date early next year
             cand = cand.replace(year=cand.year + 1)
         return cand
+    # The latest moment at that clock time not after now: today's, or yesterday's when
+    # today's is still ahead (a "resets 11:50pm" read at 00:20 passed half an hour ago).
     cand = local_now.replace(hour=hm[0], minute=hm[1], second=0, microsecond=0)
-    if cand <= local_now:
-        if local_now - cand <= JUST_PASSED:
-            return cand  # a stale message: the reset just passed
-        cand += timedelta(days=1)
+    if cand > local_now:
+        cand -= timedelta(days=1)
+    if local_now - cand <= JUST_PASSED:
+        return cand  # a stale message: the reset just passed
+    cand += timedelta(days=1)
     # Re-resolve through the zone so a DST change between now and then keeps the wall time.
     return cand.replace(tzinfo=None).replace(tzinfo=zone) if isinstance(zone, ZoneInfo) else cand
 
