@@ -175,20 +175,30 @@ def measure(
     source: Path | None = None,
 ) -> dict[str, Any]:
     """Median of `repeats` runs; `fresh` runs each on a new copy (commands that write).
-    With `baseline`, each repeat runs that checkout first, then this one."""
+    With `baseline`, each repeat runs that checkout first, then this one, each on its own
+    copy of the project: the caches in its log folder (token counts, ref-index.json) are
+    keyed by the ranking code, so two versions sharing them would undo each other's."""
     runs: list[dict[str, Any]] = []
     base: list[dict[str, Any]] = []
-    if baseline is not None and not fresh:
-        # Unmeasured: the first run on a project fills its token-count cache, and the
-        # baseline, which runs first, must not pay that alone.
-        _one(argv, project, timeout, fresh, source)
+    base_project = project
+    if baseline is not None:
+        base_project = project.with_name(project.name + "-baseline")
+        shutil.rmtree(base_project, ignore_errors=True)
+        shutil.copytree(project, base_project, symlinks=True)
+        # Unmeasured: the first run on a project fills its caches, for both sides alike
+        # (a fresh copy carries them: the iteration's warm-up is a `ralph prompt`).
+        warm = ["prompt", "--json"] if fresh else argv
+        _one(warm, base_project, timeout, False, baseline)
+        _one(warm, project, timeout, False, source)
     for _ in range(repeats):
         if baseline is not None:
-            base.append(_one(argv, project, timeout, fresh, baseline))
+            base.append(_one(argv, base_project, timeout, fresh, baseline))
         r = _one(argv, project, timeout, fresh, source)
         runs.append(r)
         if r["exit"] is None:
             break  # a timed-out command is not worth repeating
+    if base_project != project:
+        shutil.rmtree(base_project, ignore_errors=True)
     row: dict[str, Any] = {"command": label, **_summary(runs)}
     if base:
         row["baseline"] = _summary(base)
