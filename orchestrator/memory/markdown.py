@@ -140,7 +140,8 @@ def split_row(line: str) -> list[str] | None:
 
 
 def is_separator(cells: list[str]) -> bool:
-    return all(_SEPARATOR_CELL.fullmatch(c) for c in cells)
+    # The first character settles most lines (every data row) without the regex.
+    return cells[0][:1] in ("-", ":") and all(_SEPARATOR_CELL.fullmatch(c) for c in cells)
 
 
 def is_header(cells: list[str]) -> bool:
