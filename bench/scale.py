@@ -16,8 +16,9 @@ Projects come from bench/synth.py (entries shaped like the corpus's). Two axes:
   prompt, reported by `times`) subtracted.
 
 `--baseline DIR` times another checkout (its `orchestrator/` package, run as `python -m
-orchestrator` with PYTHONPATH=DIR) against this one, run after run on the same project, so
-both see the same machine: cells become "before -> after" with the CPU ratio.
+orchestrator` with PYTHONPATH=DIR) against this one, run after run, each on its own copy of
+the same project, so both see the same machine: cells become "before -> after" with the CPU
+ratio.
 
 Every command runs as a real `ralph` subprocess; wall time from `time.perf_counter`, CPU time
 (user + system) from `resource.getrusage(RUSAGE_CHILDREN)`, median of `--repeats`. The growth
