@@ -131,8 +131,17 @@ def stem(word: str) -> str:
     return word.rstrip("s") if len(word) > 4 else word
 
 
+# Words cut short ("control api disabl…" in pasted test output) and contractions, which the
+# word pattern splits at the apostrophe ("doesn't" -> "doesn"): no word to name a topic by.
+_NOT_WORDS = re.compile(r"(?<![A-Za-z0-9_])[A-Za-z0-9_]+(?:…|\.\.\.)|\b[A-Za-z]+n['’]t\b")
+
+
+def _clean(text: str) -> str:
+    return _NOT_WORDS.sub(" ", text)
+
+
 def words(text: str) -> set[str]:
-    return {stem(w) for w in WORD_RE.findall(text.lower()) if w not in STOP}
+    return {stem(w) for w in WORD_RE.findall(_clean(text).lower()) if w not in STOP}
 
 
 def _cased(word: str) -> str:
@@ -155,7 +164,7 @@ class Vocabulary:
         # Names of things: words in `code` spans or written as identifiers (useAuth).
         self.code: set[str] = set()
         for it in items:
-            text = "\n".join(it.lines)
+            text = _clean("\n".join(it.lines))
             for w in _WORD_CASED.findall(text):
                 low = stem(w.lower())
                 self._forms.setdefault(low, Counter())[w] += 1
