@@ -292,7 +292,7 @@ def bench_project(root: Path, n_stories: int, n_refs: int) -> Path:
     reads the prompt and writes its own CPU time (`times`) to AGENT_TIMES."""
     synth.indexed_project(root, n_stories, n_refs)
     agent = root / "bench-agent.sh"
-    agent.write_text(f"#!/bin/sh\ncat > /dev/null\necho done\ntimes > {AGENT_TIMES}\n")
+    agent.write_text(f"#!/bin/sh\ncat > /dev/null\necho done\ntimes >> {AGENT_TIMES}\n")
     (root / "ralph.yaml").write_text(
         "sleep_between: 0\nagents:\n  bench:\n    command: [sh, bench-agent.sh]\n"
     )
@@ -324,6 +324,7 @@ def run_extras(work: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
         ("big log", args.big_log, "status", ["status", "--json"], big, False),
         ("big log", args.big_log, "prompt", ["prompt", "--json"], big, False),
         ("iteration", args.iteration_refs, "run 1", ["run", "--tool", "bench", "1"], loop, True),
+        ("iteration", args.iteration_refs, "run 2", ["run", "--tool", "bench", "2"], loop, True),
     ]
     for axis, size, label, argv, project, fresh in jobs:
         if args.only and label.split()[0].lstrip("-") not in args.only and axis not in args.only:
@@ -432,11 +433,29 @@ def markdown(result: dict[str, Any]) -> str:
             what = {
                 "startup": "start-up" + (f", {r['size']}-story project" if r["size"] else ""),
                 "big log": f"{r['size']:g} MB progress.txt",
-                "iteration": f"one iteration, {r['size']:,} references (agent CPU excluded)",
+                "iteration": f"{_ITERATIONS.get(r['command'], r['command'])}, {r['size']:,} "
+                "references (agent CPU excluded)",
             }[r["axis"]]
             lines.append(f"| {what} | `ralph {r['command']}` | {_figures(r)} |")
         lines.append("")
+        lines += _second_iteration(extras)
     return "\n".join(lines)
+
+
+_ITERATIONS = {"run 1": "one iteration", "run 2": "two iterations in one run"}
+
+
+def _second_iteration(rows: list[dict[str, Any]]) -> list[str]:
+    """What an iteration after the first costs: `run 2` minus `run 1` (start-up, imports
+    and the first reads are paid once per run)."""
+    by = {r["command"]: r for r in rows if r["axis"] == "iteration"}
+    if "run 1" not in by or "run 2" not in by:
+        return []
+    one, two = by["run 1"], by["run 2"]
+    line = f"An iteration after the first costs {two['cpu'] - one['cpu']:.2f} s of CPU"
+    if "baseline" in one and "baseline" in two:
+        line += f" (before: {two['baseline']['cpu'] - one['baseline']['cpu']:.2f} s)"
+    return [line + ": `run 2` minus `run 1`, medians.", ""]
 
 
 def chart(result: dict[str, Any], path: Path) -> None:
