@@ -120,6 +120,29 @@ def test_check_and_status_warn_when_the_index_passes_a_quarter_of_the_budget(
     assert st["index_tokens"] > 1000 and "ralph compact" in st["warnings"][0]
 
 
+def test_the_runs_index_warning_encodes_only_a_table_its_bytes_do_not_settle(
+    tmp_path: Path, monkeypatch
+) -> None:
+    big = Progress.parse(_index_of(400))
+    small = Progress.parse(_index_of(3))
+    middle = Progress.parse(_index_of(100))  # 4.5k bytes, 1.5k tokens: counted
+    exact = audit.index_warning(middle, 4000)
+    assert exact is not None and audit.index_warning(middle, 4000, exact=False) == exact
+
+    def no_count(*_a: object, **_k: object) -> int:
+        raise AssertionError("encoded a table whose size settles it")
+
+    monkeypatch.setattr(tokens, "count", no_count)
+    assert audit.index_warning(small, 4000, exact=False) is None
+    warned = audit.index_warning(big, 4000, exact=False)
+    assert warned is not None and "is at least " in warned[0] and "ralph" not in warned[0]
+
+
+def _index_of(n: int) -> str:
+    rows = "".join(f"| Topic {i} | ralph/references/topic-{i}.md |\n" for i in range(n))
+    return f"# Progress\n\n## Progress Index\n\n| Topic | Reference Path |\n|---|---|\n{rows}"
+
+
 def test_a_run_warns_once_when_the_index_passes_a_quarter_of_the_budget(tmp_path: Path) -> None:
     root = make_project(tmp_path / "p", 2, config={"budget": {"prompt_tokens": 4000}})
     big = synth.indexed_project(tmp_path / "big", 10, 150)

@@ -225,7 +225,7 @@ class Iteration:
             log.warning("index_row_refused", row=why)
         if n == 1:  # once per run: as `ralph status` and `ralph check` say it
             budget = self.project.config.budget.prompt_tokens
-            if large := audit.index_warning(memory.progress, budget):
+            if large := audit.index_warning(memory.progress, budget, exact=False):
                 log.warning(f"{large[0]}; run `ralph compact --apply`")
         self.assembled = prompt.assemble(
             self.project,
