@@ -373,6 +373,7 @@ def test_words_cut_short_or_split_at_an_apostrophe_never_name_a_topic() -> None:
     for cut in ("disabl", "projec", "doesn", "persist"):
         assert cut not in said, (cut, said)
     assert naming.words("ledger disabl… doesn't isn’t projec... real") == {"ledger", "real"}
+    assert naming.words("else elif const self this async await") == set()  # keywords
 
 
 @pytest.mark.parametrize("target", [6, 12, 60])

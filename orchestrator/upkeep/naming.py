@@ -31,6 +31,8 @@ _STOP_WORDS = (
     "implemented instead file files story stories work works working already still first "
     "second next true false null none value values don't doesn't isn't it's data type types "
     "test tests check checks build run runs call calls return returns one two way ways time "
+    # Keywords of programming languages: frequent in code spans, never what a topic is about.
+    "else elif const self this func async await void "
 )
 STOP = frozenset(_STOP_WORDS.split())
 # Said of every learning in a log, so they name nothing ("seen while working on ...").
