@@ -379,7 +379,8 @@ def markdown(result: dict[str, Any]) -> str:
     if result.get("baseline"):
         lines[-1:-1] = [
             f"Cells with an arrow: `{result['baseline']}` (before) -> this checkout (after), "
-            "run after run on the same project; the ratio is before CPU / after CPU.",
+            "run after run, each on its own copy of the same project; the ratio is before CPU / "
+            "after CPU.",
             "",
         ]
     for axis, sizes, what in (
