@@ -31,6 +31,9 @@ if TYPE_CHECKING:
     import tiktoken
 
 DEFAULT_ENCODING = "o200k_base"
+# A markdown table (the Progress Index) has far fewer tokens than this many characters (or
+# UTF-8 bytes) each: a table longer than that many times a limit is over it, uncounted.
+TABLE_CHARS_PER_TOKEN_MAX = 8
 _URL = "https://openaipublic.blob.core.windows.net/encodings/{name}.tiktoken"
 # sha256 of the files tiktoken expects (the same values tiktoken itself verifies).
 _SHA256 = {

@@ -61,9 +61,6 @@ REFERENCES_SHARE = 0.15
 # one line saying how many more there are and where the whole table is: a table of 1,000
 # rows is 15k tokens, most of a 16k budget, and it grows with every topic.
 INDEX_INLINE_SHARE = 0.05
-# A table has far fewer tokens than this many characters each: longer is surely too big to
-# inline, without encoding it.
-_CHARS_PER_TOKEN_MAX = 8
 
 
 class PromptOverBudget(FatalError):
@@ -268,7 +265,7 @@ def _inline_whole(index: str, inp: Inputs) -> bool:
     if inp.budget is None or not index:
         return True
     limit = int(INDEX_INLINE_SHARE * inp.budget)
-    if len(index) > _CHARS_PER_TOKEN_MAX * limit:
+    if len(index) > tok.TABLE_CHARS_PER_TOKEN_MAX * limit:  # surely too big, uncounted
         return False
     return _count(index, inp.encoding) <= limit
 

@@ -34,8 +34,6 @@ _NEAR = 0.85  # difflib ratio between two words that counts as the same word (ty
 # budget.prompt_tokens: every agent that reads the index pays for it, and ralph.sh users
 # load all of it each iteration.
 INDEX_WARN_SHARE = 0.25
-# A Progress Index row has far fewer tokens than this many bytes (as run/prompt.py assumes).
-_TABLE_BYTES_PER_TOKEN = 8
 
 
 Row = TableRow  # one row type: the model's
@@ -454,7 +452,7 @@ def index_warning(
 
     `exact=False` (a run's first iteration) decides without encoding a table whose size in
     bytes settles it: a token is at least one byte, and a table row has far fewer tokens
-    than _TABLE_BYTES_PER_TOKEN bytes each (10,000 rows took a second to encode)."""
+    than tokens.TABLE_CHARS_PER_TOKEN_MAX bytes each (10,000 rows took a second to encode)."""
     progress = text if isinstance(text, Progress) else _parsed(text)
     limit = INDEX_WARN_SHARE * budget
     at_least = ""
@@ -465,7 +463,7 @@ def index_warning(
         size = len(section.encode("utf-8", "surrogateescape")) if line else 0
         if size <= limit:
             return None
-        n = size // _TABLE_BYTES_PER_TOKEN
+        n = size // tokens.TABLE_CHARS_PER_TOKEN_MAX
         if n <= limit:
             n = tokens.count(section)
         else:
