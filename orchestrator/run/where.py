@@ -32,7 +32,7 @@ from orchestrator.run import rank
 # A file in the same folder as a predicted one is evidence of the same area, not the file.
 AREA_SHARE = 0.5
 # Groups whose files feed the prediction (the best ones by text and recency).
-FEEDBACK_GROUPS = 8
+FEEDBACK_GROUPS = 3
 _NOTE = re.compile(r"\bfiles?\s*:\s*([^\n)]+)", re.IGNORECASE)
 
 
