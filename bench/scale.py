@@ -16,8 +16,9 @@ Projects come from bench/synth.py (entries shaped like the corpus's). Two axes:
   prompt, reported by `times`) subtracted.
 
 `--baseline DIR` times another checkout (its `orchestrator/` package, run as `python -m
-orchestrator` with PYTHONPATH=DIR) against this one, run after run on the same project, so
-both see the same machine: cells become "before -> after" with the CPU ratio.
+orchestrator` with PYTHONPATH=DIR) against this one, run after run, each on its own copy of
+the same project, so both see the same machine: cells become "before -> after" with the CPU
+ratio.
 
 Every command runs as a real `ralph` subprocess; wall time from `time.perf_counter`, CPU time
 (user + system) from `resource.getrusage(RUSAGE_CHILDREN)`, median of `--repeats`. The growth
@@ -175,20 +176,30 @@ def measure(
     source: Path | None = None,
 ) -> dict[str, Any]:
     """Median of `repeats` runs; `fresh` runs each on a new copy (commands that write).
-    With `baseline`, each repeat runs that checkout first, then this one."""
+    With `baseline`, each repeat runs that checkout first, then this one, each on its own
+    copy of the project: the caches in its log folder (token counts, ref-index.json) are
+    keyed by the ranking code, so two versions sharing them would undo each other's."""
     runs: list[dict[str, Any]] = []
     base: list[dict[str, Any]] = []
-    if baseline is not None and not fresh:
-        # Unmeasured: the first run on a project fills its token-count cache, and the
-        # baseline, which runs first, must not pay that alone.
-        _one(argv, project, timeout, fresh, source)
+    base_project = project
+    if baseline is not None:
+        base_project = project.with_name(project.name + "-baseline")
+        shutil.rmtree(base_project, ignore_errors=True)
+        shutil.copytree(project, base_project, symlinks=True)
+        # Unmeasured: the first run on a project fills its caches, for both sides alike
+        # (a fresh copy carries them: the iteration's warm-up is a `ralph prompt`).
+        warm = ["prompt", "--json"] if fresh else argv
+        _one(warm, base_project, timeout, False, baseline)
+        _one(warm, project, timeout, False, source)
     for _ in range(repeats):
         if baseline is not None:
-            base.append(_one(argv, project, timeout, fresh, baseline))
+            base.append(_one(argv, base_project, timeout, fresh, baseline))
         r = _one(argv, project, timeout, fresh, source)
         runs.append(r)
         if r["exit"] is None:
             break  # a timed-out command is not worth repeating
+    if base_project != project:
+        shutil.rmtree(base_project, ignore_errors=True)
     row: dict[str, Any] = {"command": label, **_summary(runs)}
     if base:
         row["baseline"] = _summary(base)
@@ -281,7 +292,7 @@ def bench_project(root: Path, n_stories: int, n_refs: int) -> Path:
     reads the prompt and writes its own CPU time (`times`) to AGENT_TIMES."""
     synth.indexed_project(root, n_stories, n_refs)
     agent = root / "bench-agent.sh"
-    agent.write_text(f"#!/bin/sh\ncat > /dev/null\necho done\ntimes > {AGENT_TIMES}\n")
+    agent.write_text(f"#!/bin/sh\ncat > /dev/null\necho done\ntimes >> {AGENT_TIMES}\n")
     (root / "ralph.yaml").write_text(
         "sleep_between: 0\nagents:\n  bench:\n    command: [sh, bench-agent.sh]\n"
     )
@@ -313,6 +324,7 @@ def run_extras(work: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
         ("big log", args.big_log, "status", ["status", "--json"], big, False),
         ("big log", args.big_log, "prompt", ["prompt", "--json"], big, False),
         ("iteration", args.iteration_refs, "run 1", ["run", "--tool", "bench", "1"], loop, True),
+        ("iteration", args.iteration_refs, "run 2", ["run", "--tool", "bench", "2"], loop, True),
     ]
     for axis, size, label, argv, project, fresh in jobs:
         if args.only and label.split()[0].lstrip("-") not in args.only and axis not in args.only:
@@ -367,7 +379,8 @@ def markdown(result: dict[str, Any]) -> str:
     if result.get("baseline"):
         lines[-1:-1] = [
             f"Cells with an arrow: `{result['baseline']}` (before) -> this checkout (after), "
-            "run after run on the same project; the ratio is before CPU / after CPU.",
+            "run after run, each on its own copy of the same project; the ratio is before CPU / "
+            "after CPU.",
             "",
         ]
     for axis, sizes, what in (
@@ -421,11 +434,29 @@ def markdown(result: dict[str, Any]) -> str:
             what = {
                 "startup": "start-up" + (f", {r['size']}-story project" if r["size"] else ""),
                 "big log": f"{r['size']:g} MB progress.txt",
-                "iteration": f"one iteration, {r['size']:,} references (agent CPU excluded)",
+                "iteration": f"{_ITERATIONS.get(r['command'], r['command'])}, {r['size']:,} "
+                "references (agent CPU excluded)",
             }[r["axis"]]
             lines.append(f"| {what} | `ralph {r['command']}` | {_figures(r)} |")
         lines.append("")
+        lines += _second_iteration(extras)
     return "\n".join(lines)
+
+
+_ITERATIONS = {"run 1": "one iteration", "run 2": "two iterations in one run"}
+
+
+def _second_iteration(rows: list[dict[str, Any]]) -> list[str]:
+    """What an iteration after the first costs: `run 2` minus `run 1` (start-up, imports
+    and the first reads are paid once per run)."""
+    by = {r["command"]: r for r in rows if r["axis"] == "iteration"}
+    if "run 1" not in by or "run 2" not in by:
+        return []
+    one, two = by["run 1"], by["run 2"]
+    line = f"An iteration after the first costs {two['cpu'] - one['cpu']:.2f} s of CPU"
+    if "baseline" in one and "baseline" in two:
+        line += f" (before: {two['baseline']['cpu'] - one['baseline']['cpu']:.2f} s)"
+    return [line + ": `run 2` minus `run 1`, medians.", ""]
 
 
 def chart(result: dict[str, Any], path: Path) -> None:

@@ -357,6 +357,25 @@ def test_topic_names_are_stable_and_distinct() -> None:
     assert not [(a, b) for i, a in enumerate(first) for b in first[i + 1 :] if audit.similar(a, b)]
 
 
+def test_words_cut_short_or_split_at_an_apostrophe_never_name_a_topic() -> None:
+    # Pasted test output cuts names short ("control api disabl…"); "doesn't" splits into
+    # "doesn": both were frequent, rare elsewhere, and so named topics.
+    noise = "FAILED Tests > control api disabl… and projec… (the flag doesn't persist...)"
+    log = _log(
+        [
+            (f"US-{k:03d}", [], [f"The ledger export {noise}", "Retry the ledger export"])
+            for k in range(1, 9)
+        ]
+    )
+    plan = migrate.build_plan(log, max_tokens=CAP)
+    said = " ".join(t.name for t in plan.topics).lower()
+    assert "ledger" in said or "export" in said, said
+    for cut in ("disabl", "projec", "doesn", "persist"):
+        assert cut not in said, (cut, said)
+    assert naming.words("ledger disabl… doesn't isn’t projec... real") == {"ledger", "real"}
+    assert naming.words("else elif const self this async await") == set()  # keywords
+
+
 @pytest.mark.parametrize("target", [6, 12, 60])
 def test_topic_count_stays_within_the_target(target: int) -> None:
     text = fsutil.read_text(_synth_log(400))

@@ -504,3 +504,15 @@ def test_fenced_lines_and_section_starts_on_a_long_log_with_fences() -> None:
         i for i, line in enumerate(lines) if i not in fenced and SECTION_START.match(line)
     ]
     assert len(section_starts(lines)) == 51  # 50 entries + the heading after the stray ```
+
+
+def test_table_cells_are_the_same_with_and_without_escaped_bars() -> None:
+    from orchestrator.memory.markdown import split_row
+
+    assert split_row("| Auth flow | ralph/references/auth.md |\n") == [
+        "Auth flow",
+        "ralph/references/auth.md",
+    ]
+    assert split_row("| a \\| b | ralph/references/ab.md |") == ["a | b", "ralph/references/ab.md"]
+    assert split_row("|  | x |") == ["", "x"] and split_row("| lone") is None
+    assert split_row("| C:\\path | `p.md` |") == ["C:\\path", "`p.md`"]

@@ -350,3 +350,27 @@ def test_json_accounting_is_the_json_modules_text_and_survives_odd_bytes() -> No
     assert _json(data) == json.dumps(data, indent=2, ensure_ascii=False)
     odd = {"topic": "caf\udce9"}
     assert _json(odd) == json.dumps(odd, indent=2, ensure_ascii=False)
+
+
+def test_gc_paused_restores_the_collector_and_puts_what_it_made_out_of_its_reach() -> None:
+    import gc
+    import weakref
+
+    class Node:
+        pass
+
+    gc.collect()
+    frozen_before = gc.get_freeze_count()
+    try:
+        with prompt.gc_paused():
+            assert not gc.isenabled()
+            made = [Node() for _ in range(1000)]
+        assert gc.isenabled()
+        # Frozen: the collections after the block never walk them again...
+        assert gc.get_freeze_count() >= frozen_before + 1000
+        # ...yet they are freed by reference counting once dropped.
+        ref = weakref.ref(made[0])
+        del made
+        assert ref() is None
+    finally:
+        gc.unfreeze()

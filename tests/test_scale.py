@@ -7,7 +7,7 @@ import random
 import sys
 from pathlib import Path
 
-from run_helpers import ralph
+from run_helpers import git, iterations, make_project, ralph
 
 from orchestrator import tokens
 from orchestrator.memory import areas, entries
@@ -118,6 +118,48 @@ def test_check_and_status_warn_when_the_index_passes_a_quarter_of_the_budget(
     assert status.returncode == 0 and "warning: the Progress Index is" in status.stdout
     st = collect(locate(root))
     assert st["index_tokens"] > 1000 and "ralph compact" in st["warnings"][0]
+
+
+def test_the_runs_index_warning_encodes_only_a_table_its_bytes_do_not_settle(
+    tmp_path: Path, monkeypatch
+) -> None:
+    big = Progress.parse(_index_of(400))
+    small = Progress.parse(_index_of(3))
+    middle = Progress.parse(_index_of(100))  # 4.5k bytes, 1.5k tokens: counted
+    exact = audit.index_warning(middle, 4000)
+    assert exact is not None and audit.index_warning(middle, 4000, exact=False) == exact
+
+    def no_count(*_a: object, **_k: object) -> int:
+        raise AssertionError("encoded a table whose size settles it")
+
+    monkeypatch.setattr(tokens, "count", no_count)
+    assert audit.index_warning(small, 4000, exact=False) is None
+    warned = audit.index_warning(big, 4000, exact=False)
+    assert warned is not None and "is at least " in warned[0] and "ralph" not in warned[0]
+
+
+def _index_of(n: int) -> str:
+    rows = "".join(f"| Topic {i} | ralph/references/topic-{i}.md |\n" for i in range(n))
+    return f"# Progress\n\n## Progress Index\n\n| Topic | Reference Path |\n|---|---|\n{rows}"
+
+
+def test_a_run_warns_once_when_the_index_passes_a_quarter_of_the_budget(tmp_path: Path) -> None:
+    root = make_project(tmp_path / "p", 2, config={"budget": {"prompt_tokens": 4000}})
+    big = synth.indexed_project(tmp_path / "big", 10, 150)
+    for name in ("scripts/ralph/progress.txt", "ralph/references"):
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (big / name).rename(root / name)
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "memory")
+    out = ralph(root, "run", "--tool", "sim", "2")
+    assert out.returncode == 0, out.stdout + out.stderr
+    warned = [ln for ln in out.stderr.splitlines() if "the Progress Index is" in ln]
+    assert len(warned) == 1 and "ralph compact --apply" in warned[0], out.stderr
+    assert len(iterations(root)) == 2
+    # A small index says nothing.
+    quiet = make_project(tmp_path / "q", 1)
+    out = ralph(quiet, "run", "--tool", "sim", "1")
+    assert out.returncode == 0 and "Progress Index is" not in out.stderr
 
 
 def test_compact_groups_topics_under_areas_past_max_topics(tmp_path: Path) -> None:

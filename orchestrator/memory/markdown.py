@@ -134,11 +134,14 @@ def split_row(line: str) -> list[str] | None:
     body = line.strip()
     if not (body.startswith("|") and body.endswith("|")) or len(body) < 2:
         return None
+    if "\\" not in body:  # no escaped bar: a plain split (an index of 10,000 rows)
+        return [c.strip() for c in body[1:-1].split("|")]
     return [c.strip().replace("\\|", "|") for c in _UNESCAPED_BAR.split(body[1:-1])]
 
 
 def is_separator(cells: list[str]) -> bool:
-    return all(_SEPARATOR_CELL.fullmatch(c) for c in cells)
+    # The first character settles most lines (every data row) without the regex.
+    return cells[0][:1] in ("-", ":") and all(_SEPARATOR_CELL.fullmatch(c) for c in cells)
 
 
 def is_header(cells: list[str]) -> bool:
@@ -165,16 +168,16 @@ def data_rows(lines: list[str]) -> list[tuple[int, list[str]]]:
     not inside an HTML comment, at least two cells, a non-empty first cell and a non-empty
     path. This is THE rule for an index row."""
     cells_by_line = [split_row(line) for line in lines]
+    # Each line's separator test once (a row is also tested as the line after another).
+    seps = [cells is not None and is_separator(cells) for cells in cells_by_line]
+    seps.append(False)
     comments = comment_lines(lines) if any("<!--" in line for line in lines) else set()
     out = []
     for n in range(1, len(lines)):
         cells = cells_by_line[n]
-        if not cells or len(cells) < 2 or is_separator(cells) or not cells[0]:
+        if not cells or len(cells) < 2 or seps[n] or not cells[0] or seps[n + 1]:
             continue
         if not cells[1].strip("`").strip() or is_header(cells) or n in comments:
-            continue
-        nxt = cells_by_line[n + 1] if n + 1 < len(lines) else None
-        if nxt and is_separator(nxt):
             continue
         out.append((n, cells))
     return out

@@ -204,7 +204,7 @@ def _reference(
         return Reference(topic=topic, path=path, text="", tokens=0, exists=False)
     text = data.decode("utf-8", errors="surrogateescape")  # as fsutil.read_text
     if seen is not None:
-        seen.add(st, text)
+        seen.add(st, data)  # bytes, as the checks compare them (no encoding the text back)
     return Reference(
         topic=topic, path=path, text=text, tokens=tokens.count(text, encoding), exists=True
     )

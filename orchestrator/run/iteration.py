@@ -32,6 +32,7 @@ from orchestrator.project import Project
 from orchestrator.run import check_state, checks, prompt
 from orchestrator.run.check_state import PrdState
 from orchestrator.run.display import Display
+from orchestrator.upkeep import audit
 
 log = get_logger()
 SENTINEL = "<promise>COMPLETE</promise>"
@@ -222,6 +223,10 @@ class Iteration:
             memory = Memory.load(self.project)
         for why in memory.refused:
             log.warning("index_row_refused", row=why)
+        if n == 1:  # once per run: as `ralph status` and `ralph check` say it
+            budget = self.project.config.budget.prompt_tokens
+            if large := audit.index_warning(memory.progress, budget, exact=False):
+                log.warning(f"{large[0]}; run `ralph compact --apply`")
         self.assembled = prompt.assemble(
             self.project,
             story,

@@ -34,6 +34,8 @@ _NEAR = 0.85  # difflib ratio between two words that counts as the same word (ty
 # budget.prompt_tokens: every agent that reads the index pays for it, and ralph.sh users
 # load all of it each iteration.
 INDEX_WARN_SHARE = 0.25
+# A Progress Index row has far fewer tokens than this many bytes (as run/prompt.py assumes).
+_TABLE_BYTES_PER_TOKEN = 8
 
 
 Row = TableRow  # one row type: the model's
@@ -445,13 +447,33 @@ def _index_size(progress: Progress) -> tuple[int, int]:
     return (tokens.count(section), line) if line else (0, 0)
 
 
-def index_warning(text: str | Progress, budget: int) -> tuple[str, int] | None:
-    """(message, line) when the index passes INDEX_WARN_SHARE of the prompt budget."""
-    n, line = _index_size(text if isinstance(text, Progress) else _parsed(text))
-    if n <= INDEX_WARN_SHARE * budget:
+def index_warning(
+    text: str | Progress, budget: int, *, exact: bool = True
+) -> tuple[str, int] | None:
+    """(message, line) when the index passes INDEX_WARN_SHARE of the prompt budget.
+
+    `exact=False` (a run's first iteration) decides without encoding a table whose size in
+    bytes settles it: a token is at least one byte, and a table row has far fewer tokens
+    than _TABLE_BYTES_PER_TOKEN bytes each (10,000 rows took a second to encode)."""
+    progress = text if isinstance(text, Progress) else _parsed(text)
+    limit = INDEX_WARN_SHARE * budget
+    at_least = ""
+    if exact:
+        n, line = _index_size(progress)
+    else:
+        section, line = progress.index_section()
+        size = len(section.encode("utf-8", "surrogateescape")) if line else 0
+        if size <= limit:
+            return None
+        n = size // _TABLE_BYTES_PER_TOKEN
+        if n <= limit:
+            n = tokens.count(section)
+        else:
+            at_least = "at least "
+    if n <= limit:
         return None
     return (
-        f"the Progress Index is {n:,} tokens, {100 * n / budget:.0f}% of "
+        f"the Progress Index is {at_least}{n:,} tokens, {100 * n / budget:.0f}% of "
         f"budget.prompt_tokens ({budget:,}); past {100 * INDEX_WARN_SHARE:.0f}% every agent "
         "that reads it pays for rows it does not need",
         line,

@@ -31,6 +31,8 @@ _STOP_WORDS = (
     "implemented instead file files story stories work works working already still first "
     "second next true false null none value values don't doesn't isn't it's data type types "
     "test tests check checks build run runs call calls return returns one two way ways time "
+    # Keywords of programming languages: frequent in code spans, never what a topic is about.
+    "else elif const self this func async await void "
 )
 STOP = frozenset(_STOP_WORDS.split())
 # Said of every learning in a log, so they name nothing ("seen while working on ...").
@@ -131,8 +133,17 @@ def stem(word: str) -> str:
     return word.rstrip("s") if len(word) > 4 else word
 
 
+# Words cut short ("control api disabl…" in pasted test output) and contractions, which the
+# word pattern splits at the apostrophe ("doesn't" -> "doesn"): no word to name a topic by.
+_NOT_WORDS = re.compile(r"(?<![A-Za-z0-9_])[A-Za-z0-9_]+(?:…|\.\.\.)|\b[A-Za-z]+n['’]t\b")
+
+
+def _clean(text: str) -> str:
+    return _NOT_WORDS.sub(" ", text)
+
+
 def words(text: str) -> set[str]:
-    return {stem(w) for w in WORD_RE.findall(text.lower()) if w not in STOP}
+    return {stem(w) for w in WORD_RE.findall(_clean(text).lower()) if w not in STOP}
 
 
 def _cased(word: str) -> str:
@@ -155,7 +166,7 @@ class Vocabulary:
         # Names of things: words in `code` spans or written as identifiers (useAuth).
         self.code: set[str] = set()
         for it in items:
-            text = "\n".join(it.lines)
+            text = _clean("\n".join(it.lines))
             for w in _WORD_CASED.findall(text):
                 low = stem(w.lower())
                 self._forms.setdefault(low, Counter())[w] += 1
