@@ -34,7 +34,9 @@ from orchestrator.run import prompt as pr  # noqa: E402
 from orchestrator.run import rank, refcache, where  # noqa: E402
 from orchestrator.run import select as sel  # noqa: E402
 
-PICKLE = cd.CACHE / "diag-cases.pkl"  # the cases, kept between runs (a minute to build)
+# The cases, kept between runs (a minute to build); keyed like the memories they hold, by
+# the source migrate runs, so a changed migrate rebuilds them.
+PICKLE = cd.CACHE / f"diag-cases-{cd._migrate_hash()}.pkl"
 
 
 def load(only: str | None, reload: bool = False) -> list[cd.Case]:
