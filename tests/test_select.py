@@ -116,8 +116,13 @@ def test_always_reference_takes_part_item_by_item_never_whole() -> None:
     patterns = _patterns(130)
     assert tokens.count(patterns.text) > 1900
     sources = [AUTH, patterns]
+    # The cut-off is stated: what is tested is the item-by-item rule, not the default's value.
     s = sel.select(
-        "Logout ends the session cookie", sources, budget=None, always=["Codebase patterns"]
+        "Logout ends the session cookie",
+        sources,
+        budget=None,
+        always=["Codebase patterns"],
+        cutoff=0.55,
     )
     rows = {r["path"]: r for r in s.considered}
     taken = [c.text for c in s.chunks if c.ref == 1]

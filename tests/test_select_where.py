@@ -66,3 +66,19 @@ def test_feedback_is_a_weight_select_passes_down() -> None:
     assert sel.Weights().feedback == sel.DEFAULT_FEEDBACK
     # Both groups share specs/001/tasks.md with the recent stories that lend their files.
     assert few.scores[1] >= few.scores[0] > 0.0 and many.scores[0] > 0.0
+
+
+def test_a_file_many_lenders_share_does_not_dwarf_the_best_groups_own_file() -> None:
+    # The best group by text and recency touched `billing.ts` alone; three weaker ones each
+    # touched the router. Summed and scaled, the router weighed 1.8 and the best group's
+    # own file 1.0: its learnings scored 0.56 of the file signal, below every router group.
+    files = [("src/billing.ts",), ("src/router.ts",), ("src/router.ts",), ("src/router.ts",)]
+    prior = np.array([1.0, 0.6, 0.6, 0.6])
+    got = where.scores(frozenset(), files, prior, feedback=4)
+    assert got[0] == 1.0
+    # Shared evidence still adds up (1 - 0.4 ** 3), but never beyond certain.
+    assert 0.6 < got[1] == got[2] == got[3] < 1.0
+    assert round(float(got[1]), 3) == 0.936
+    # A mention in the story's text is evidence as well, combined the same way.
+    named = where.scores(frozenset(rank.tokenize("the router")), files, prior, feedback=4)
+    assert named[1] == 1.0 and named[0] == 1.0

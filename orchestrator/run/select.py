@@ -39,14 +39,14 @@ from orchestrator.run import rank, refcache, semantic, where
 
 # Items scoring below this share of the best item's score are not taken even when the budget
 # has room: they make a prompt bigger without making it better.
-DEFAULT_CUTOFF = 0.55
+DEFAULT_CUTOFF = 0.8
 # Weight of the whole reference's score in an item's text score (the rest is its group's).
 DEFAULT_BLEND = 0.2
 # Weight of recency in a group's score, and its half-life in stories.
-DEFAULT_RECENCY = 0.35
+DEFAULT_RECENCY = 0.2
 RECENCY_HALF_LIFE = 5.0
 # Weight of the predicted file overlap in an item's score.
-DEFAULT_FILES = 0.5
+DEFAULT_FILES = 0.75
 # Weight of semantic similarity (wordllama embeddings, optional extra) in the text score.
 DEFAULT_SEMANTIC = 0.0
 # How many of the best groups (by text and recency) lend their files to the files predicted

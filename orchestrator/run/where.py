@@ -6,7 +6,9 @@ entries its `[US-xxx]` tag names. The files a new story will touch are predicted
  - the files whose names its text mentions (files known from earlier entries, or the
    repository's tree when the caller has `git ls-files`), and
  - the files of the earlier stories that rank best on text and recency (pseudo-relevance
-   feedback: in a Ralph log the stories about the same code share files).
+   feedback: in a Ralph log the stories about the same code share files), each lender
+   independent evidence for its files (noisy-OR: a file many lenders share is likely, but
+   no likelier than certain).
 A group (the learnings of one earlier story) then scores by the predicted weight of its
 best file: the same file counts fully, another file in the same folder (or a folder the
 story names) at AREA_SHARE.
@@ -30,7 +32,7 @@ from orchestrator.run import rank
 # A file in the same folder as a predicted one is evidence of the same area, not the file.
 AREA_SHARE = 0.5
 # Groups whose files feed the prediction (the best ones by text and recency).
-FEEDBACK_GROUPS = 8
+FEEDBACK_GROUPS = 3
 _NOTE = re.compile(r"\bfiles?\s*:\s*([^\n)]+)", re.IGNORECASE)
 
 
@@ -158,14 +160,7 @@ def scores(
     if not files or not any(files):
         return np.zeros(len(files))
     known = [f for fs in files for f in fs]
-    weight = mentioned(query_terms, [*known, *tree])
-    has = np.array([bool(fs) for fs in files], dtype=bool)
-    top = prior[has].max(initial=0.0)
-    if top > 0:
-        ranked = [g for g in np.argsort(-prior, kind="stable").tolist() if has[g]]
-        for g in ranked[:feedback]:
-            for k in {file_key(f) for f in files[g]}:
-                weight[k] = weight.get(k, 0.0) + float(prior[g]) / top
+    weight = _lent(mentioned(query_terms, [*known, *tree]), files, prior, feedback)
     area = {a: AREA_SHARE * w for a, w in mentioned_areas(query_terms, known).items()}
     if not weight and not area:
         return np.zeros(len(files))
@@ -181,6 +176,31 @@ def scores(
             out[g] = max(weight.get(file_key(f)) or area.get(area_key(f), 0.0) for f in fs)
     high = out.max(initial=0.0)
     return out / high if high > 0 else out
+
+
+def _lent(
+    weight: dict[str, float],
+    files: Sequence[tuple[str, ...]],
+    prior: np.ndarray,
+    feedback: int,
+) -> dict[str, float]:
+    """Each file's chance that the story touches it: its name's mention in the story
+    (`weight`, in [0, 1]) and every lending group (prior / the best prior) taken as
+    independent evidence, combined as 1 - prod(1 - p) (noisy-OR). A sum, scaled by its
+    largest value, made a file that several lenders share (a router, a types file) dwarf
+    the file of the best group alone: that group's own learnings then scored a quarter of
+    the file signal, and the learnings about the hub file rode along with every story."""
+    has = np.array([bool(fs) for fs in files], dtype=bool)
+    top = prior[has].max(initial=0.0)
+    if top <= 0:
+        return weight
+    miss = {k: 1.0 - min(1.0, w) for k, w in weight.items()}
+    ranked = [g for g in np.argsort(-prior, kind="stable").tolist() if has[g]]
+    for g in ranked[:feedback]:
+        p = min(1.0, float(prior[g]) / top)
+        for k in {file_key(f) for f in files[g]}:
+            miss[k] = miss.get(k, 1.0) * (1.0 - p)
+    return {k: 1.0 - m for k, m in miss.items()}
 
 
 @functools.lru_cache(maxsize=65536)
