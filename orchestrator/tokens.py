@@ -23,6 +23,7 @@ import json
 import marshal
 import os
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -116,15 +117,27 @@ def _spec(cache_dir: Path, name: str, version: str) -> dict[str, Any]:
             spec = marshal.loads(body)
             if isinstance(spec, dict) and spec.pop("sha256", None) == expected:
                 return spec
-    from tiktoken_ext import openai_public  # tiktoken's own encodings (its plugin registry)
-
-    _seed(cache_dir, name)
-    with _cache_env(cache_dir):
-        spec = dict(openai_public.ENCODING_CONSTRUCTORS[name]())
+    try:
+        _seed(cache_dir, name)
+        spec = _constructed(cache_dir, name)
+    except OSError:
+        # A read-only cache folder (or a file in its place): seed a private one for this
+        # process, so counting still works offline, only without the saved ranks.
+        with tempfile.TemporaryDirectory(prefix="ralph-tiktoken-") as private:
+            _seed(Path(private), name)
+            spec = _constructed(Path(private), name)
     body = marshal.dumps({**spec, "sha256": expected})
     with contextlib.suppress(OSError):  # a read-only cache costs speed, not results
         fsutil.atomic_write_bytes(path, hashlib.blake2b(body, digest_size=16).digest() + body)
     return spec
+
+
+def _constructed(cache_dir: Path, name: str) -> dict[str, Any]:
+    """tiktoken's constructor arguments for `name`, its BPE file read from `cache_dir`."""
+    from tiktoken_ext import openai_public  # tiktoken's own encodings (its plugin registry)
+
+    with _cache_env(cache_dir):
+        return dict(openai_public.ENCODING_CONSTRUCTORS[name]())
 
 
 # Texts up to this many characters are their own cache key; longer ones are keyed by digest
