@@ -22,6 +22,7 @@ import hashlib
 import json
 import marshal
 import os
+import re
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -37,6 +38,9 @@ DEFAULT_ENCODING = "o200k_base"
 # A markdown table (the Progress Index) has far fewer tokens than this many characters (or
 # UTF-8 bytes) each: a table longer than that many times a limit is over it, uncounted.
 TABLE_CHARS_PER_TOKEN_MAX = 8
+# A run of one repeated character (an aligned table's padding, a long |-----| line) is a
+# few tokens however long: dense_size counts it as two characters.
+_RUN = re.compile(r"(.)\1{2,}", re.S)
 _URL = "https://openaipublic.blob.core.windows.net/encodings/{name}.tiktoken"
 # sha256 of the files tiktoken expects (the same values tiktoken itself verifies).
 _SHA256 = {
@@ -257,6 +261,12 @@ def use_disk_cache(logs_dir: Path | str | None) -> None:
 def _save_disk() -> None:
     if _disk is not None:
         _disk.save()
+
+
+def dense_size(text: str) -> int:
+    """UTF-8 bytes of `text` with each run of one repeated character cut to two: what
+    TABLE_CHARS_PER_TOKEN_MAX bounds (an aligned table's padding spans 35 bytes a token)."""
+    return len(_RUN.sub(r"\1\1", text).encode("utf-8", "surrogateescape"))
 
 
 def digest(text: str) -> str:
