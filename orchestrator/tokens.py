@@ -22,7 +22,9 @@ import hashlib
 import json
 import marshal
 import os
+import re
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,6 +38,9 @@ DEFAULT_ENCODING = "o200k_base"
 # A markdown table (the Progress Index) has far fewer tokens than this many characters (or
 # UTF-8 bytes) each: a table longer than that many times a limit is over it, uncounted.
 TABLE_CHARS_PER_TOKEN_MAX = 8
+# A run of one repeated character (an aligned table's padding, a long |-----| line) is a
+# few tokens however long: dense_size counts it as two characters.
+_RUN = re.compile(r"(.)\1{2,}", re.S)
 _URL = "https://openaipublic.blob.core.windows.net/encodings/{name}.tiktoken"
 # sha256 of the files tiktoken expects (the same values tiktoken itself verifies).
 _SHA256 = {
@@ -116,15 +121,27 @@ def _spec(cache_dir: Path, name: str, version: str) -> dict[str, Any]:
             spec = marshal.loads(body)
             if isinstance(spec, dict) and spec.pop("sha256", None) == expected:
                 return spec
-    from tiktoken_ext import openai_public  # tiktoken's own encodings (its plugin registry)
-
-    _seed(cache_dir, name)
-    with _cache_env(cache_dir):
-        spec = dict(openai_public.ENCODING_CONSTRUCTORS[name]())
+    try:
+        _seed(cache_dir, name)
+        spec = _constructed(cache_dir, name)
+    except OSError:
+        # A read-only cache folder (or a file in its place): seed a private one for this
+        # process, so counting still works offline, only without the saved ranks.
+        with tempfile.TemporaryDirectory(prefix="ralph-tiktoken-") as private:
+            _seed(Path(private), name)
+            spec = _constructed(Path(private), name)
     body = marshal.dumps({**spec, "sha256": expected})
     with contextlib.suppress(OSError):  # a read-only cache costs speed, not results
         fsutil.atomic_write_bytes(path, hashlib.blake2b(body, digest_size=16).digest() + body)
     return spec
+
+
+def _constructed(cache_dir: Path, name: str) -> dict[str, Any]:
+    """tiktoken's constructor arguments for `name`, its BPE file read from `cache_dir`."""
+    from tiktoken_ext import openai_public  # tiktoken's own encodings (its plugin registry)
+
+    with _cache_env(cache_dir):
+        return dict(openai_public.ENCODING_CONSTRUCTORS[name]())
 
 
 # Texts up to this many characters are their own cache key; longer ones are keyed by digest
@@ -244,6 +261,12 @@ def use_disk_cache(logs_dir: Path | str | None) -> None:
 def _save_disk() -> None:
     if _disk is not None:
         _disk.save()
+
+
+def dense_size(text: str) -> int:
+    """UTF-8 bytes of `text` with each run of one repeated character cut to two: what
+    TABLE_CHARS_PER_TOKEN_MAX bounds (an aligned table's padding spans 35 bytes a token)."""
+    return len(_RUN.sub(r"\1\1", text).encode("utf-8", "surrogateescape"))
 
 
 def digest(text: str) -> str:

@@ -78,6 +78,16 @@ def test_a_reset_just_before_midnight_read_just_after_it_passed_yesterday():
     assert sig.just_passed(early) and sig.wait_seconds(early) == 0
 
 
+def test_just_passed_is_measured_in_elapsed_time_across_a_dst_change():
+    # 8 Mar 2026 New York springs forward at 2am: 9pm EST (02:00 UTC) read at 3am EDT
+    # (07:00 UTC) passed 5 hours ago, though the wall clock moved 6; it is not tomorrow's.
+    ny = ZoneInfo("America/New_York")
+    read = datetime(2026, 3, 8, 3, 0, tzinfo=ny)
+    sig = detect("You've hit your limit · resets 9pm (America/New_York)", now=read)
+    assert sig.reset_at == datetime(2026, 3, 7, 21, 0, tzinfo=ny)
+    assert sig.just_passed(read) and sig.wait_seconds(read) == 0
+
+
 def test_five_hour_limit_time_long_past_means_tomorrow():
     late = datetime(2026, 11, 30, 22, 30, tzinfo=UTC)
     sig = detect("5-hour limit reached ∙ resets 9am", now=late)  # 13.5 h ago: not stale

@@ -138,6 +138,18 @@ def test_the_runs_index_warning_encodes_only_a_table_its_bytes_do_not_settle(
     assert warned is not None and "is at least " in warned[0] and "ralph" not in warned[0]
 
 
+def test_an_aligned_tables_padding_is_not_taken_for_tokens(tmp_path: Path) -> None:
+    # A formatter pads every row to the widest cell: 400 rows of 200 spaces each are 170k
+    # bytes but 6.4k tokens, under a quarter of 40k; no "at least 21,000 tokens" warning.
+    pad = " " * 200
+    rows = "".join(f"| t{i}{pad} | ralph/references/t{i}.md{pad} |\n" for i in range(400))
+    table = Progress.parse(f"# Progress\n\n## Progress Index\n\n| Topic | Reference Path |\n{rows}")
+    assert audit.index_warning(table, 40000) is None
+    assert audit.index_warning(table, 40000, exact=False) is None
+    exact = audit.index_warning(table, 20000)
+    assert exact is not None and audit.index_warning(table, 20000, exact=False) == exact
+
+
 def _index_of(n: int) -> str:
     rows = "".join(f"| Topic {i} | ralph/references/topic-{i}.md |\n" for i in range(n))
     return f"# Progress\n\n## Progress Index\n\n| Topic | Reference Path |\n|---|---|\n{rows}"

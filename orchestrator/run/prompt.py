@@ -265,7 +265,8 @@ def _inline_whole(index: str, inp: Inputs) -> bool:
     if inp.budget is None or not index:
         return True
     limit = int(INDEX_INLINE_SHARE * inp.budget)
-    if len(index) > tok.TABLE_CHARS_PER_TOKEN_MAX * limit:  # surely too big, uncounted
+    most = tok.TABLE_CHARS_PER_TOKEN_MAX * limit
+    if len(index) > most and tok.dense_size(index) > most:  # surely too big, uncounted
         return False
     return _count(index, inp.encoding) <= limit
 

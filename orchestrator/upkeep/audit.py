@@ -464,6 +464,8 @@ def index_warning(
         if size <= limit:
             return None
         n = size // tokens.TABLE_CHARS_PER_TOKEN_MAX
+        if n > limit:  # runs of one character (padding) excepted, is it still that large?
+            n = tokens.dense_size(section) // tokens.TABLE_CHARS_PER_TOKEN_MAX
         if n <= limit:
             n = tokens.count(section)
         else:
