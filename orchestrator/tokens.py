@@ -224,8 +224,9 @@ def project_cache_dir(logs_dir: Path | str) -> tuple[Path, bool]:
     (so `ralph prompt` on a project that never ran is as quick as on one that did, and
     leaves nothing in the project for git to see)."""
     logs = Path(logs_dir)
-    if logs.is_dir():
-        return logs, False
+    with contextlib.suppress(OSError):  # a log folder we may not look into is not ours
+        if logs.is_dir():
+            return logs, False
     key = hashlib.blake2b(str(logs.resolve()).encode(), digest_size=8).hexdigest()
     return user_cache_dir() / "projects" / key, True
 
@@ -238,7 +239,10 @@ def cache_folder_ready(folder: Path, create: bool) -> bool:
     if create:
         with contextlib.suppress(OSError):
             folder.mkdir(parents=True, exist_ok=True)
-    return folder.is_dir()
+    try:
+        return folder.is_dir()
+    except OSError:  # one we may not even look into (another user's XDG_CACHE_HOME)
+        return False
 
 
 def use_disk_cache(logs_dir: Path | str | None) -> None:

@@ -216,3 +216,20 @@ def test_long_texts_without_blank_lines_are_counted_in_bounded_pieces(text: str)
     assert all(0 < len(p) <= tokens.LARGE for p in pieces) and len(pieces) > 1
     whole = len(tokens.encoder(tokens.DEFAULT_ENCODING).encode(text, disallowed_special=()))
     assert abs(tokens.count(text) - whole) <= len(pieces)
+
+
+def test_a_cache_folder_it_may_not_look_into_is_no_cache(tmp_path: Path, monkeypatch) -> None:
+    # Another user's XDG_CACHE_HOME (a 0700 folder): stat raises EACCES, which Path.is_dir
+    # passes on; the counts' save at exit printed a traceback. Root ignores modes, so the
+    # refusal is simulated here; tests/adversarial runs the real one as another user.
+    folder = tmp_path / "projects" / "abc"
+    real = Path.is_dir
+
+    def is_dir(self: Path) -> bool:
+        if self == folder:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real(self)
+
+    monkeypatch.setattr(Path, "is_dir", is_dir)
+    assert tokens.cache_folder_ready(folder, create=True) is False
+    assert tokens.project_cache_dir(folder)[1] is True  # not taken for a run's log folder
