@@ -8,7 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
+
+from orchestrator import fsutil
 
 REPO = Path(__file__).resolve().parents[1]
 RALPH = [sys.executable, "-m", "orchestrator"]
@@ -137,3 +140,16 @@ def iterations(root: Path) -> list[dict]:
 
 def prd(root: Path) -> dict:
     return json.loads((root / "scripts" / "ralph" / "prd.json").read_text())
+
+
+def opened_files(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the files fsutil opens from now on (a spy on read_bytes_stat)."""
+    opened: list[str] = []
+    real = fsutil.read_bytes_stat
+
+    def spy(path: Path | str) -> tuple[bytes, os.stat_result]:
+        opened.append(Path(path).name)
+        return real(path)
+
+    monkeypatch.setattr(fsutil, "read_bytes_stat", spy)
+    return opened

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -10,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from conftest import corpus_cases
+from run_helpers import opened_files
 
 from orchestrator import fsutil
 from orchestrator.memory import progress as progress_mod
@@ -314,14 +314,7 @@ p.write_text('x' * st.st_size)
 os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))
 """,
     )
-    opened: list[str] = []
-    real = fsutil.read_bytes_stat
-
-    def spy(path: Path | str) -> tuple[bytes, os.stat_result]:
-        opened.append(Path(path).name)
-        return real(path)
-
-    monkeypatch.setattr(fsutil, "read_bytes_stat", spy)
+    opened = opened_files(monkeypatch)
     report = verify(snap, project, "US-002")
     assert report.updated_references == ["ralph/references/auth-flow.md"]
     assert "other.md" not in opened and "auth-flow.md" in opened

@@ -289,13 +289,9 @@ def test_each_iteration_parses_prd_and_progress_once_before_and_once_after(
     assert calls["prd"] == 2
 
 
-def test_an_attempt_that_left_prd_and_progress_untouched_parses_neither_again(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """An agent that did not get as far as its story: prd.json and progress.txt read after
-    it are the texts read before, so their parses are reused; the checks still run."""
-    root = make_project(tmp_path / "p", 2)
-    project = locate(root)
+def _first_iteration(tmp_path: Path) -> tuple[Iteration, Prd]:
+    """Iteration 1 of a two-story project, prepared (prompt and snapshot), not spawned."""
+    project = locate(make_project(tmp_path / "p", 2))
     prd = Prd.load(project.prd_path)
     story = prd.next_story()
     assert story is not None
@@ -307,7 +303,15 @@ def test_an_attempt_that_left_prd_and_progress_untouched_parses_neither_again(
         mode="indexed",
         max_iterations=3,
     )
-    it = Iteration(ctx, 1, story, prd)
+    return Iteration(ctx, 1, story, prd), prd
+
+
+def test_an_attempt_that_left_prd_and_progress_untouched_parses_neither_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An agent that did not get as far as its story: prd.json and progress.txt read after
+    it are the texts read before, so their parses are reused; the checks still run."""
+    it, prd = _first_iteration(tmp_path)
     parses = []
     monkeypatch.setattr(Prd, "parse", classmethod(lambda cls, *a, **k: parses.append("prd")))
     monkeypatch.setattr(
@@ -323,20 +327,8 @@ def test_a_prd_json_broken_by_the_agent_is_an_error_then_restored(tmp_path: Path
     """The iteration's own path without a spawn: prd.json is read once after the agent
     (here: left as broken JSON), that read is an `error` attempt, and the checks reuse it to
     restore the snapshot's prd.json; all_passed follows the restored file."""
-    root = make_project(tmp_path / "p", 2)
-    project = locate(root)
-    prd = Prd.load(project.prd_path)
-    story = prd.next_story()
-    assert story is not None
-    ctx = Context(
-        project=project,
-        agent=get_agent("sim", project.config.agent("sim")),
-        display=Display(quiet=True),
-        run_dir=tmp_path / "run",
-        mode="indexed",
-        max_iterations=3,
-    )
-    it = Iteration(ctx, 1, story, prd)
+    it, _ = _first_iteration(tmp_path)
+    project = it.project
     before = project.prd_path.read_text()
     project.prd_path.write_text('{"userStories": [')  # what a careless agent leaves
     attempt = it._assess(RunOutcome(0, "", None, False, 1.0), AgentResult(), it.start, Path("t"))

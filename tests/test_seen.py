@@ -7,24 +7,12 @@ import time
 from pathlib import Path
 
 import pytest
+from run_helpers import opened_files
 
 from orchestrator import fsutil
 from orchestrator.errors import FileError
 from orchestrator.memory import seen as seen_mod
 from orchestrator.memory.seen import Seen
-
-
-def _reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The files fsutil actually opens from now on."""
-    opened: list[str] = []
-    real = fsutil.read_bytes_stat
-
-    def spy(path: Path | str) -> tuple[bytes, os.stat_result]:
-        opened.append(Path(path).name)
-        return real(path)
-
-    monkeypatch.setattr(fsutil, "read_bytes_stat", spy)
-    return opened
 
 
 def test_unchanged_files_are_reused_changed_and_replaced_ones_read_again(
@@ -45,7 +33,7 @@ def test_unchanged_files_are_reused_changed_and_replaced_ones_read_again(
     files["c"].write_bytes(b"c NEW \xfe\n")
     os.utime(files["c"], ns=(old.st_atime_ns, old.st_mtime_ns))  # mtime put back: ctime moves
     fsutil.atomic_write_bytes(files["d"], b"d new \xfe\n")  # a new inode
-    opened = _reads(monkeypatch)
+    opened = opened_files(monkeypatch)
     second = Seen()
     got = {n: first.read_bytes(p, into=second) for n, p in files.items()}
     assert got == {
@@ -67,7 +55,7 @@ def test_a_file_changed_just_before_the_read_is_never_reused(
     first = Seen()
     assert first.read_bytes(p, into=first) == b"one\n"
     assert len(first) == 0
-    opened = _reads(monkeypatch)
+    opened = opened_files(monkeypatch)
     p.write_text("two\n")
     assert first.read_bytes(p) == b"two\n" and opened == ["fresh.md"]
 
