@@ -35,11 +35,10 @@ if TYPE_CHECKING:
     import tiktoken
 
 DEFAULT_ENCODING = "o200k_base"
-# A markdown table (the Progress Index) has far fewer tokens than this many characters (or
-# UTF-8 bytes) each: a table longer than that many times a limit is over it, uncounted.
-TABLE_CHARS_PER_TOKEN_MAX = 8
-# A run of one repeated character (an aligned table's padding, a long |-----| line) is a
-# few tokens however long: dense_size counts it as two characters.
+# A markdown table (the Progress Index) has far fewer tokens than this many UTF-8 bytes each,
+# once runs of one repeated character (an aligned table's padding, a long |-----| line: a
+# few tokens however long) are cut to two: table_tokens_at_least's bound.
+_TABLE_BYTES_PER_TOKEN_MAX = 8
 _RUN = re.compile(r"(.)\1{2,}", re.S)
 _URL = "https://openaipublic.blob.core.windows.net/encodings/{name}.tiktoken"
 # sha256 of the files tiktoken expects (the same values tiktoken itself verifies).
@@ -267,10 +266,11 @@ def _save_disk() -> None:
         _disk.save()
 
 
-def dense_size(text: str) -> int:
-    """UTF-8 bytes of `text` with each run of one repeated character cut to two: what
-    TABLE_CHARS_PER_TOKEN_MAX bounds (an aligned table's padding spans 35 bytes a token)."""
-    return len(_RUN.sub(r"\1\1", text).encode("utf-8", "surrogateescape"))
+def table_tokens_at_least(text: str) -> int:
+    """A lower bound on a markdown table's tokens, without encoding it (10,000 rows take a
+    second to encode). Its UTF-8 bytes, each token being at least one, bound it from above."""
+    dense = _RUN.sub(r"\1\1", text).encode("utf-8", "surrogateescape")
+    return len(dense) // _TABLE_BYTES_PER_TOKEN_MAX
 
 
 def digest(text: str) -> str:

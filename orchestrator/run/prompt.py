@@ -265,9 +265,8 @@ def _inline_whole(index: str, inp: Inputs) -> bool:
     if inp.budget is None or not index:
         return True
     limit = int(INDEX_INLINE_SHARE * inp.budget)
-    most = tok.TABLE_CHARS_PER_TOKEN_MAX * limit
-    if len(index) > most and tok.dense_size(index) > most:  # surely too big, uncounted
-        return False
+    if tok.table_tokens_at_least(index) > limit:
+        return False  # surely too big: not encoded
     return _count(index, inp.encoding) <= limit
 
 

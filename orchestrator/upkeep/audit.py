@@ -450,9 +450,8 @@ def index_warning(
 ) -> tuple[str, int] | None:
     """(message, line) when the index passes INDEX_WARN_SHARE of the prompt budget.
 
-    `exact=False` (a run's first iteration) decides without encoding a table whose size in
-    bytes settles it: a token is at least one byte, and a table row has far fewer tokens
-    than tokens.TABLE_CHARS_PER_TOKEN_MAX bytes each (10,000 rows took a second to encode)."""
+    `exact=False` (a run's first iteration) decides without encoding a table whose size
+    settles it (tokens.table_tokens_at_least, and its bytes as the upper bound)."""
     progress = text if isinstance(text, Progress) else _parsed(text)
     limit = INDEX_WARN_SHARE * budget
     at_least = ""
@@ -463,9 +462,7 @@ def index_warning(
         size = len(section.encode("utf-8", "surrogateescape")) if line else 0
         if size <= limit:
             return None
-        n = size // tokens.TABLE_CHARS_PER_TOKEN_MAX
-        if n > limit:  # runs of one character (padding) excepted, is it still that large?
-            n = tokens.dense_size(section) // tokens.TABLE_CHARS_PER_TOKEN_MAX
+        n = tokens.table_tokens_at_least(section)
         if n <= limit:
             n = tokens.count(section)
         else:
