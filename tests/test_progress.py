@@ -452,7 +452,18 @@ PREFIX_CASES = {
     "crlf": (HEADER.format(date="d") + _INDEX + _ENTRY).replace("\n", "\r\n"),
     "index at the end": _ENTRY + _INDEX,
     "prose after table": "## Progress Index\n| A | a.md |\n\nnotes\n" + _ENTRY,
+    "prose and a table after the index": "## Progress Index\n| A | a.md |\n\nn\n| x | y |\n"
+    + _ENTRY,
+    "crlf notes": ("## Progress Index\n| A | a.md |\n\nnotes\n\n" + _ENTRY).replace("\n", "\r\n"),
 }
+
+
+def test_the_index_section_of_a_long_log_is_read_from_its_top_only() -> None:
+    """A run's first iteration asks for the index section's size: a log of thousands of
+    entries is not split into them for that."""
+    p = Progress.parse(HEADER.format(date="d") + _INDEX + "notes\n" + _ENTRY * 3000)
+    assert p.index_section() == (_INDEX + "notes", 4)
+    assert "_segments" not in p.__dict__
 
 
 def _whole(text: str) -> Progress:
@@ -469,6 +480,7 @@ def test_index_from_the_top_equals_the_whole_split(text: str) -> None:
         whole.index_text,
         whole.index_rows,
     )
+    assert fast.index_section() == whole.index_section()
     assert fast.render() == text and fast.entries == whole.entries
 
 
@@ -479,6 +491,7 @@ def test_index_from_the_top_equals_the_whole_split_on_the_corpus(path: Path) -> 
     for text in (log, f"{head}\n{_INDEX}## {rest}", _INDEX + log):
         fast, whole = Progress.parse(text), _whole(text)
         assert fast.index_text == whole.index_text
+        assert fast.index_section() == whole.index_section()
         assert fast.entry_count == whole.entry_count
 
 

@@ -14,6 +14,7 @@ import functools
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from orchestrator import fsutil
 from orchestrator.memory import tables
@@ -150,8 +151,19 @@ def _key(topic: str) -> str:
 _LINE = re.compile(r"[^\n]*\n|[^\n]+\Z")
 
 
-def _index_prefix(text: str) -> tuple[bool, _Segment | None]:
-    """(decided, the index segment) from the top of `text` only, for a log whose index
+class _Prefix(NamedTuple):
+    """What the top of a log tells of its index, when that settles it (`decided`): the index
+    segment, and the whole index section (table and notes up to the next `## `, without
+    its last newline) with its 1-based heading line, as `Progress.index_section` gives it."""
+
+    decided: bool
+    segment: _Segment | None = None
+    section: str = ""
+    line: int = 0
+
+
+def _index_prefix(text: str) -> _Prefix:
+    """The index segment and section from the top of `text` only, for a log whose index
     precedes its entries (what `ralph migrate` writes): reading stops at the first entry
     heading after the index. Undecided (then the whole log is split) when no entry follows
     the index, when there is no index there, or when a heading line sits inside a code fence
@@ -169,18 +181,20 @@ def _index_prefix(text: str) -> tuple[bool, _Segment | None]:
         if not is_section_start(line):
             continue
         if fences.marker:
-            return False, None
+            return _Prefix(False)
         kind = _kind(line)
         if index_at is None:
             if kind == "entry":
-                return False, None  # entries before the index: a hand-made log
+                return _Prefix(False)  # entries before the index: a hand-made log
             if kind == "index":
                 index_at = i
             continue
         index_end = i if index_end is None else index_end
         if kind == "entry":  # there are entries: no fallback split can move the index
-            return True, _cut_index(lines[index_at:index_end])[0]
-    return False, None
+            section = lines[index_at:index_end]
+            cut = _cut_index(section)[0]
+            return _Prefix(True, cut, "".join(section)[:-1], index_at + 1)
+    return _Prefix(False)
 
 
 class Progress:
@@ -238,11 +252,13 @@ class Progress:
 
     @functools.cached_property
     def _index(self) -> _Segment | None:
-        if "_segments" not in self.__dict__:
-            decided, seg = _index_prefix(self.text)
-            if decided:
-                return seg
+        if "_segments" not in self.__dict__ and (top := self._prefix).decided:
+            return top.segment
         return self._first("index")
+
+    @functools.cached_property
+    def _prefix(self) -> _Prefix:
+        return _index_prefix(self.text)
 
     @property
     def index_rows(self) -> list[IndexRow]:
@@ -387,7 +403,10 @@ class Progress:
 
     def index_section(self) -> tuple[str, int]:
         """(text, 1-based heading line) of the whole index section (table and any notes up
-        to the next `## `); ("", 0) without an index."""
+        to the next `## `); ("", 0) without an index. A log whose index precedes its entries
+        is not split for it (a run's first iteration asks, on a log of 3,000 entries)."""
+        if "_segments" not in self.__dict__ and (top := self._prefix).decided:
+            return top.section, top.line
         _seg, at = self._index_at()
         return tables.section_at(self._lines, self._sections, at) if at >= 0 else ("", 0)
 
