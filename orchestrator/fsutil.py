@@ -239,8 +239,12 @@ def read_bytes_stat(path: Path | str) -> tuple[bytes, os.stat_result]:
         # os.read, not a file object: a buffered reader per file doubled the time of
         # reading 10,000 references. O_NONBLOCK does not apply to regular files.
         chunks = []
+        got = 0
         while chunk := os.read(fd, max(st.st_size + 1, 1 << 16)):
             chunks.append(chunk)
+            got += len(chunk)
+            if got == st.st_size:
+                break  # all the bytes the stat names: no second call only to meet the end
         return b"".join(chunks), st
     except FileError:
         raise

@@ -114,6 +114,28 @@ def test_read_refuses_a_fifo_at_once_and_names_it(tmp_path: Path) -> None:
     assert isinstance(info.value, InputError) and isinstance(info.value, OSError)
 
 
+def test_a_file_is_read_in_one_call_and_a_sizeless_one_to_its_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """10,000 references are read per iteration: one read each, none only to meet the end.
+    A file whose stat says 0 bytes (procfs) is still read until the end."""
+    calls: list[int] = []
+    real = os.read
+
+    def counting(fd: int, n: int) -> bytes:
+        calls.append(n)
+        return real(fd, n)
+
+    (tmp_path / "r.md").write_bytes(b"x" * 70_000)
+    monkeypatch.setattr(os, "read", counting)
+    data, st = fsutil.read_bytes_stat(tmp_path / "r.md")
+    assert data == b"x" * 70_000 and st.st_size == 70_000 and len(calls) == 1
+    (tmp_path / "empty.md").write_bytes(b"")
+    assert fsutil.read_bytes(tmp_path / "empty.md") == b""
+    if Path("/proc/self/status").is_file():
+        assert b"Pid:" in fsutil.read_bytes("/proc/self/status")
+
+
 def test_present_tells_absent_from_broken(tmp_path: Path) -> None:
     from orchestrator.errors import FileError
     from orchestrator.fsutil import present
