@@ -324,15 +324,16 @@ def test_an_appended_log_has_its_index_rows_read_once(
     project: Project, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The agent appends its entry: the checks parse the new progress.txt but take the
-    index rows already read for the prompt (same table text); a table it edited is read."""
+    index rows already read for the prompt (same table text), for its rows and for its
+    malformed lines alike; a table it edited is read."""
     parsed: list[str] = []
-    real = progress_mod._parse_rows
+    real = progress_mod._read_table
 
-    def spy(index_text: str) -> list[progress_mod.IndexRow]:
+    def spy(index_text: str) -> progress_mod._Table:
         parsed.append(index_text)
         return real(index_text)
 
-    monkeypatch.setattr(progress_mod, "_parse_rows", spy)
+    monkeypatch.setattr(progress_mod, "_read_table", spy)
     snap = snapshot(project, memory=Memory.load(project))
     agent(project, MARK_PASSED + APPEND_ENTRY + COMMIT)
     report = verify(snap, project, "US-002")

@@ -183,11 +183,13 @@ def data_rows(lines: list[str]) -> list[tuple[int, list[str]]]:
     return out
 
 
-def malformed_rows(lines: list[str]) -> list[tuple[int, str]]:
+def malformed_rows(lines: list[str], rows: set[int] | None = None) -> list[tuple[int, str]]:
     """(line index, text) of lines that start with "|" but that `data_rows` cannot read as
-    a row, a separator or a header: the table lines the post-story check reports."""
-    rows = {n for n, _ in data_rows(lines)}
-    comments = comment_lines(lines)
+    a row, a separator or a header: the table lines the post-story check reports. `rows`:
+    the line indexes of `data_rows(lines)`, when the caller has them."""
+    if rows is None:
+        rows = {n for n, _ in data_rows(lines)}
+    comments = comment_lines(lines) if any("<!--" in line for line in lines) else set()
     out = []
     for n in range(1, len(lines)):
         body = lines[n].strip()

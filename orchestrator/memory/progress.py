@@ -25,6 +25,7 @@ from orchestrator.memory.markdown import (
     escape_cell,
     fenced_lines,
     is_section_start,
+    malformed_rows,
     section_starts,
     split_lines,
 )
@@ -139,8 +140,16 @@ def _split_fallback(segments: list[_Segment]) -> list[_Segment]:
     return out
 
 
-def _parse_rows(index_text: str) -> list[IndexRow]:
-    return [IndexRow(c[0], c[1].strip("`").strip()) for _, c in data_rows(split_lines(index_text))]
+class _Table(NamedTuple):
+    """The index section's lines and its data rows (line index, cells), read once."""
+
+    lines: list[str]
+    rows: list[tuple[int, list[str]]]
+
+
+def _read_table(index_text: str) -> _Table:
+    lines = split_lines(index_text)
+    return _Table(lines, data_rows(lines))
 
 
 def _key(topic: str) -> str:
@@ -265,15 +274,28 @@ class Progress:
         return [IndexRow(r.topic, r.path) for r in self._rows]  # copies: callers may edit
 
     @functools.cached_property
+    def _table(self) -> _Table:
+        return _read_table(self.index_text)  # 10,000 rows: read once per Progress
+
+    @functools.cached_property
     def _rows(self) -> list[IndexRow]:
-        return _parse_rows(self.index_text)  # 10,000 rows: read once per Progress
+        return [IndexRow(c[0], c[1].strip("`").strip()) for _, c in self._table.rows]
+
+    def malformed_index_lines(self) -> list[tuple[int, str]]:
+        """(0-based line in the index section, text) of each line that starts with "|" but
+        is no row, separator or header (markdown.malformed_rows)."""
+        table = self._table
+        return malformed_rows(table.lines, {n for n, _ in table.rows})
 
     def with_rows_of(self, other: Progress) -> Progress:
-        """self, taking `other`'s index rows as already read when both index tables are the
-        same text (a log the agent appended to: its 10,000 rows are not read twice)."""
-        read = "_rows" in other.__dict__ and "_rows" not in self.__dict__
+        """self, taking `other`'s index table as already read when both are the same text (a
+        log the agent appended to: its 10,000 rows are not read twice)."""
+        read = "_table" in other.__dict__ and "_table" not in self.__dict__
         if read and self.index_text == other.index_text:
-            self.__dict__["_rows"] = other._rows  # never edited: index_rows hands out copies
+            # Never edited: index_rows hands out copies, malformed_rows only reads.
+            self.__dict__["_table"] = other._table
+            if "_rows" in other.__dict__:
+                self.__dict__["_rows"] = other._rows
         return self
 
     @property

@@ -11,7 +11,6 @@ from pathlib import Path
 from orchestrator.errors import PathEscapeError
 from orchestrator.memory import areas, refloss
 from orchestrator.memory.findings import Severity
-from orchestrator.memory.markdown import malformed_rows, split_lines
 from orchestrator.memory.progress import Progress
 from orchestrator.memory.references import ReferenceStore
 from orchestrator.memory.store import FastStore
@@ -67,6 +66,8 @@ def _repair_references(
                 "update references instead of deleting them (`ralph compact` retires stale ones)",
                 index_path,
             )
+        elif now == data:
+            continue  # most references are untouched by an iteration: nothing to decode
         else:
             loss = refloss.assess(_text(data), _text(now))
             if loss is None:
@@ -242,7 +243,7 @@ def _nested_targets(store: ReferenceStore, area: Path, data: bytes | None = None
 
 
 def _check_table_syntax(progress: Progress, report: CheckReport) -> None:
-    for n, body in malformed_rows(split_lines(progress.index_text)):
+    for n, body in progress.malformed_index_lines():
         report.add(
             "index_malformed",
             "error",
