@@ -74,6 +74,25 @@ def test_file_without_row(tmp_path: Path) -> None:
     assert [(f.kind, f.file) for f in found] == [("orphan-file", "ralph/references/stray.md")]
 
 
+def test_a_file_named_through_a_symlink_or_another_spelling_is_no_orphan(
+    tmp_path: Path,
+) -> None:
+    """Rows name files by their index path, a bare name, a `./` spelling or a symlink to
+    them: only the file no row reaches any of these ways is an orphan."""
+    refs = {n: f"# {n}\n" for n in ("auth-flow.md", "db.md", "c.md", "d.md", "stray.md")}
+    text = CLEAN.replace(
+        "| Database schema | ralph/references/db.md |\n",
+        "| Database schema | db.md |\n| C | ralph/references/./c.md |\n"
+        "| Linked | ralph/references/link.md |\n",
+    )
+    root = make(tmp_path, text, refs=refs)
+    os.symlink("d.md", root / "ralph/references/link.md")
+    found = audit.check(project.locate(root))
+    assert [(f.kind, f.file) for f in found if f.kind == "orphan-file"] == [
+        ("orphan-file", "ralph/references/stray.md")
+    ]
+
+
 def test_archived_files_are_not_orphans(tmp_path: Path) -> None:
     refs = {"auth-flow.md": "# A\n", "db.md": "# D\n", "archive/old.md": "# Old\n"}
     assert kinds(make(tmp_path, refs=refs)) == []
