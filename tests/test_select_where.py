@@ -82,3 +82,18 @@ def test_a_file_many_lenders_share_does_not_dwarf_the_best_groups_own_file() -> 
     # A mention in the story's text is evidence as well, combined the same way.
     named = where.scores(frozenset(rank.tokenize("the router")), files, prior, feedback=4)
     assert named[1] == 1.0 and named[0] == 1.0
+
+
+def test_a_file_uri_in_a_learning_is_not_a_files_note() -> None:
+    # "file://" read as a `files:` note made "//" the group's only file, hiding the files
+    # its log entry changed (`ralph/prd.json`, a doc) from the file signal.
+    uri = "- [US-017] Evidence URIs use stable patterns: repo://, artifact://, file://, http://"
+    assert where.note_files(uri) == ()
+    assert where.note_files("- [US-003] Pool it (files: src/db/pool.rs, `web/app.tsx`)") == (
+        "src/db/pool.rs",
+        "web/app.tsx",
+    )
+    logged = {"US-017": ("docs/runner.md", "ralph/prd.json")}
+    notes = {"[US-017]": where.note_files(uri)}
+    got = where.group_files(["[US-017]"], notes, "", {"[US-017]": ("US-017",)}, None, logged)
+    assert got == [("docs/runner.md", "ralph/prd.json")]

@@ -33,7 +33,9 @@ from orchestrator.run import rank
 AREA_SHARE = 0.5
 # Groups whose files feed the prediction (the best ones by text and recency).
 FEEDBACK_GROUPS = 3
-_NOTE = re.compile(r"\bfiles?\s*:\s*([^\n)]+)", re.IGNORECASE)
+# "files: a.ts, b.ts", never a "file://" URI (a learning about URIs names no file).
+_NOTE = re.compile(r"\bfiles?\s*:(?!//)\s*([^\n)]+)", re.IGNORECASE)
+_NAMED = re.compile(r"\w")
 
 
 def _norm(path: str) -> tuple[str, ...]:
@@ -82,7 +84,7 @@ def note_files(text: str) -> tuple[str, ...]:
     found: list[str] = []
     for m in _NOTE.finditer(text):
         found += [p.strip(" `'\"") for p in m.group(1).split(",") if "/" in p or "." in p]
-    return tuple(dict.fromkeys(f for f in found if f))
+    return tuple(dict.fromkeys(f for f in found if _NAMED.search(f) and "://" not in f))
 
 
 def group_files(
