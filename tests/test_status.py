@@ -94,6 +94,35 @@ def test_cli_prints_and_changes_nothing(tmp_path: Path) -> None:
     assert js["stories"]["pending"] == ["US-002", "US-003"]
 
 
+def test_a_long_index_shows_its_rows_with_a_note_and_a_count_of_the_rest(
+    tmp_path: Path,
+) -> None:
+    """60 topics: the table shows TABLE_ROWS of them, the missing file and the orphan
+    among them wherever they sit, and says how many more `--all` lists."""
+    from orchestrator.commands.status import TABLE_ROWS
+
+    root = _project(tmp_path)
+    refs = root / "ralph/references"
+    rows = "".join(f"| Topic {n:02} | ralph/references/t{n:02}.md |\n" for n in range(60))
+    for n in range(60):
+        if n != 55:  # t55.md is missing
+            (refs / f"t{n:02}.md").write_text(f"# Topic {n}\n- fact {n}\n")
+    progress = root / "scripts/ralph/progress.txt"
+    progress.write_text(PROGRESS.replace("| Escape | ../../etc/passwd |\n", ""))
+    text = progress.read_text().replace("| Gone | ralph/references/gone.md |\n", rows)
+    progress.write_text(text)
+    out = ralph(root, "status")
+    assert out.returncode == 0, out.stderr
+    listed = [ln for ln in out.stdout.splitlines() if "ralph/references/" in ln]
+    assert len(listed) == TABLE_ROWS
+    assert any("t55.md" in ln and "missing file" in ln for ln in listed)
+    assert any("orphan.md" in ln and "not in the index" in ln for ln in listed)
+    assert "… and 22 more: `ralph status --all` lists them" in out.stdout
+    everything = ralph(root, "status", "--all")
+    assert len([ln for ln in everything.stdout.splitlines() if "ralph/references/" in ln]) == 62
+    assert "more:" not in everything.stdout
+
+
 def test_a_project_that_never_ran_stays_clean_for_git(tmp_path: Path) -> None:
     """status, prompt and check read; on a project with no log folder yet they make none
     (a bare `ralph/logs/token-counts.json` would be caught by the user's `git add -A`)."""

@@ -19,6 +19,10 @@ if TYPE_CHECKING:
     from rich.table import Table
 
 
+# Rows of the references' table `ralph status` shows without --all.
+TABLE_ROWS = 40
+
+
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "status",
@@ -29,6 +33,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     add_common(p)
     p.add_argument("--json", action="store_true", help="print the status as JSON")
+    p.add_argument(
+        "--all",
+        action="store_true",
+        help=f"list every index row and reference (default: {TABLE_ROWS}, those with a note first)",
+    )
     p.add_argument(
         "-f",
         "--follow",
@@ -55,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(st, indent=2, default=str))
         return 0
-    render(st, _console())
+    render(st, _console(), limit=None if args.all else TABLE_ROWS)
     return 0
 
 
@@ -66,10 +75,23 @@ def _console() -> Console:
     return Console(highlight=False)
 
 
-def render(st: dict[str, Any], console: Console) -> None:
+def render(st: dict[str, Any], console: Console, limit: int | None = None) -> None:
+    """The status for a person; `limit`: the most rows of the references' table."""
     _render_summary(st, console)
     if st["index"] or st["references"]:
-        console.print(_references_table(st["references"], console.width))
+        shown = _shown(st["references"], limit)
+        console.print(_references_table(shown, console.width))
+        if hidden := len(st["references"]) - len(shown):
+            noted = sum(1 for r in st["references"] if r["note"]) - sum(
+                1 for r in shown if r["note"]
+            )
+            which = f" ({noted:,} of them with a note)" if noted else ""
+            console.print(
+                f"… and {hidden:,} more{which}: `ralph status --all` lists them, "
+                "`--json` for scripts",
+                markup=False,
+                soft_wrap=True,
+            )
     live = st.get("live")
     if live:
         _render_live(live, console)
@@ -101,6 +123,17 @@ def _render_summary(st: dict[str, Any], console: Console) -> None:
     )
     for warning in st.get("warnings", []):
         console.print(f"warning: {warning}", markup=False, soft_wrap=True)
+
+
+def _shown(refs: list[dict[str, Any]], limit: int | None) -> list[dict[str, Any]]:
+    """At most `limit` rows, in index order: the rows with a note first (a missing file, an
+    orphan: what needs the user), then the first others. A 10,000-row table took seconds
+    to draw and buried the summary above it."""
+    if limit is None or len(refs) <= limit:
+        return refs
+    noted = [i for i, r in enumerate(refs) if r["note"]][:limit]
+    plain = [i for i, r in enumerate(refs) if not r["note"]][: limit - len(noted)]
+    return [refs[i] for i in sorted(noted + plain)]
 
 
 def _references_table(refs: list[dict[str, Any]], width: int) -> Table:
