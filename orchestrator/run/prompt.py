@@ -118,9 +118,15 @@ class Assembled:
     mode: str  # "indexed" | "full"
     counter: Callable[[], Counts] = field(repr=False)
     selected: list[str]
-    considered: list[dict[str, Any]]
     source: str = ""  # the template or user file the text came from
     story_id: str = ""
+    # Every reference's row (score, tokens taken, why), made when `considered` is read:
+    # `ralph prompt --json` shows them, a loop iteration never reads them.
+    rows: Callable[[], list[dict[str, Any]]] = field(default=list, repr=False)
+
+    @functools.cached_property
+    def considered(self) -> list[dict[str, Any]]:
+        return self.rows()
 
     @functools.cached_property
     def _counts(self) -> Counts:
@@ -222,7 +228,7 @@ def build_full(inp: Inputs) -> Assembled:
             log_n = tok.count(progress_text, enc)
             return n, {"template": n, "progress (read by the agent)": log_n}, n + log_n
 
-        return Assembled(text, "full", counts_user, [], [], inp.user_prompt.name, str(inp.story.id))
+        return Assembled(text, "full", counts_user, [], inp.user_prompt.name, str(inp.story.id))
     vals = _values(inp, progress=inp.progress_text.rstrip("\n"))
     text = render_template(inp.full_template, vals)
 
@@ -230,7 +236,7 @@ def build_full(inp: Inputs) -> Assembled:
         n = tok.count(text, enc)
         return n, _parts(vals, n, ("story", "notes", "progress"), enc), n
 
-    return Assembled(text, "full", counts, [], [], inp.full_template.name, str(inp.story.id))
+    return Assembled(text, "full", counts, [], inp.full_template.name, str(inp.story.id))
 
 
 def counterfactual_tokens(inp: Inputs) -> int:
@@ -404,7 +410,6 @@ def build_indexed(inp: Inputs, *, with_counterfactual: bool = True) -> Assembled
             break
         room -= n - inp.budget
     refcache.save(memo)
-    considered = selection.considered + _missing_rows(inp)
     parts = _parts(vals, n, ("story", "index", "references", "notes"), enc)
 
     def counts() -> Counts:
@@ -416,16 +421,15 @@ def build_indexed(inp: Inputs, *, with_counterfactual: bool = True) -> Assembled
         "indexed",
         counts,
         [sources[r].path for r in selection.refs],
-        considered,
         inp.indexed_template.name,
         str(inp.story.id),
+        lambda: selection.considered + _missing_rows(inp),
     )
 
 
 def _by_relevance(selection: sel.Selection, sources: Sequence[Any]) -> list[Any]:
     """The selected references, most tokens taken first (then score: `considered`'s order)."""
-    by_path = {s.path: s for s in sources}
-    return [by_path[c["path"]] for c in selection.considered if c["taken"] and c["path"] in by_path]
+    return [sources[r] for r in selection.ranked]
 
 
 def _other_stories(inp: Inputs) -> dict[str, str]:

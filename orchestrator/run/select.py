@@ -26,8 +26,9 @@ cross-validation by history picks (bench/cv.py, bench/README.md).
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
@@ -85,9 +86,17 @@ class Chunk:
 @dataclass
 class Selection:
     chunks: list[Chunk]  # taken, in reference order then item order (render order)
-    # one row per reference, with why
-    considered: list[dict[str, Any]] = field(default_factory=list)
     tokens: int = 0  # tokens of the taken items' text
+    # The references taken from, most tokens taken first, then by score.
+    ranked: list[int] = field(default_factory=list)
+    # Makes `considered` when it is asked for: a loop iteration never does, and 10,000
+    # references' rows cost a tenth of a second.
+    rows: Callable[[], list[dict[str, Any]]] = field(default=list, repr=False, compare=False)
+
+    @functools.cached_property
+    def considered(self) -> list[dict[str, Any]]:
+        """One row per reference, with why it was taken or left, most taken first."""
+        return self.rows()
 
     @property
     def refs(self) -> list[int]:
@@ -381,9 +390,23 @@ def select(
         ref_cap=ref_cap,
         encoding=encoding,
     )
-    for row in (r for r in selection.considered if r["path"] in (prior or {})):
-        row["prior"] = (prior or {})[row["path"]]  # `ralph prompt --json`: why it was taken
+    if prior:
+        selection.rows = _with_prior_rows(selection.rows, prior)
     return selection
+
+
+def _with_prior_rows(
+    rows: Callable[[], list[dict[str, Any]]], prior: Mapping[str, float]
+) -> Callable[[], list[dict[str, Any]]]:
+    """`rows`, each reference's prior added (`ralph prompt --json`: why it was taken)."""
+
+    def with_prior() -> list[dict[str, Any]]:
+        out = rows()
+        for row in (r for r in out if r["path"] in prior):
+            row["prior"] = prior[row["path"]]
+        return out
+
+    return with_prior
 
 
 def _order(
@@ -421,11 +444,11 @@ def take(
     tier = {r: 0 for r in story_refs} | {r: 1 for r in always_refs}
     tiers = np.array([tier.get(r, 2) for r in range(len(sources))], dtype=int)[sc.refs]
     passing, order = _order(sc, tiers, cutoff, floor)
-    stats = _dropped(sc, tiers > 0, passing, len(sources))
     offsets = _offsets(sc.index)
     left = budget if budget is not None else 10**12
     per_ref: dict[int, int] = {}
     taken: list[Chunk] = []
+    events: list[tuple[int, int | str]] = []  # (reference, tokens taken | why left)
     for i in order:
         r = int(sc.refs[i])
         pos = i - int(offsets[r])
@@ -434,17 +457,28 @@ def take(
         room = left if ref_cap is None else min(left, ref_cap - per_ref.get(r, 0))
         if n > room:
             cut = _trim(c, room, encoding) if room >= _MIN_TRIM else None
-            stats[r]["why"].add("over budget" if room == left else "over references.max_tokens")
+            events.append((r, "over budget" if room == left else "over references.max_tokens"))
             if cut is None:
                 continue
             c, n = cut, tok.count(cut.text, encoding)
         left -= n
         per_ref[r] = per_ref.get(r, 0) + n
-        _tally(stats[r], n, tier.get(r, 2))
+        events.append((r, n))
         taken.append(c)
-    considered = _considered(sources, sc.ref_scores.tolist(), stats, tier)
+    scores = sc.ref_scores.tolist()
+
+    def rows() -> list[dict[str, Any]]:
+        stats = _dropped(sc, tiers > 0, passing, len(sources))
+        for r, what in events:
+            if isinstance(what, str):
+                stats[r]["why"].add(what)
+            else:
+                _tally(stats[r], what, tier.get(r, 2))
+        return _considered(sources, scores, stats, tier)
+
+    ranked = sorted(per_ref, key=lambda r: (-per_ref[r], -scores[r], sources[r].path))
     picked = sorted(taken, key=lambda c: (c.ref, c.pos))
-    return Selection(picked, considered, sum(per_ref.values()))
+    return Selection(picked, sum(per_ref.values()), ranked, rows)
 
 
 def with_prior(
