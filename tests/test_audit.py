@@ -229,3 +229,25 @@ def test_always_topic_without_row(tmp_path: Path) -> None:
     found = audit.check(project.locate(root))
     assert [(f.kind, f.file) for f in found] == [("unknown-always", "ralph.yaml")]
     assert "'Deploy notes'" in found[0].message
+
+
+def test_the_similar_index_finds_exactly_what_comparing_every_pair_finds() -> None:
+    """SimilarIndex answers as `similar` over every earlier name would, on names that share
+    words, reorder them, and misspell them (a topic in several trigram postings included)."""
+    import random
+
+    rng = random.Random(7)
+    words = ["billing", "invoice", "totals", "session", "cookies", "refresh", "tokens", "auth"]
+
+    def typo(w: str) -> str:
+        i = rng.randrange(len(w))
+        return w[:i] + rng.choice("aeiou") + w[i + 1 :] if rng.random() < 0.3 else w
+
+    names = [
+        " ".join(typo(rng.choice(words)) for _ in range(rng.randint(1, 3))) for _ in range(400)
+    ]
+    index = audit.SimilarIndex()
+    for j, name in enumerate(names):
+        brute = [i for i in range(j) if audit.similar(names[i], name)]
+        assert index.matches(name) == brute, name
+        index.add(name)

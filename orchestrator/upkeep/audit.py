@@ -124,11 +124,13 @@ class SimilarIndex:
         postings = [[self._by_gram.get((n, p, g), []) for g in gs] for p, gs in enumerate(grams)]
         best = min(range(n), key=lambda p: sum(len(x) for x in postings[p]))
         others = [p for p in range(n) if p != best]
+        tried: set[int] = set()  # a topic sharing several trigrams is in several postings
         for posting in postings[best]:
             for i in posting:
-                if i not in found and all(
-                    not self._grams[i][p].isdisjoint(grams[p]) for p in others
-                ):
+                if i in tried:
+                    continue
+                tried.add(i)
+                if all(not self._grams[i][p].isdisjoint(grams[p]) for p in others):
                     found.add(i)
         return found
 
