@@ -33,8 +33,7 @@ from orchestrator.upkeep import migrate  # noqa: E402
 
 # Verbs, adjectives and adverbs that describe rather than name: written once, from
 # English usage in developer notes, not from the names this bench prints.
-WEAK = frozenset(
-    """
+_WEAK = """
     provide provides provided complete completed omit omits include includes included
     reject rejects rejected allow allows allowed await awaiting stale critical dynamic away
     current decorative minimal previous zero exact identically identical unchanged reduced
@@ -54,8 +53,8 @@ WEAK = frozenset(
     needs shows saves supports ensures ensure prevents prevent contains contain expects
     expect applies apply wraps wrap skips skip falls fails fail succeeds succeed respects
     respect preserves preserve takes take makes uses using used
-    """.split()
-)
+    """
+WEAK = frozenset(_WEAK.split())
 
 
 def corpus_dir() -> Path:
@@ -131,7 +130,9 @@ def main(argv: list[str] | None = None) -> int:
     judge = lemminflect_judge()
     if judge is not None:
         weak, total = count_weak(sample, judge)
-        print(f"names with a word lemminflect reads as verb/adjective/adverb only: {weak} of {total}")
+        print(
+            f"names with a word lemminflect reads as verb/adjective/adverb only: {weak} of {total}"
+        )
     if args.json:
         args.json.write_text(json.dumps(sample, indent=1))
     return 0
