@@ -130,9 +130,9 @@ def test_where_a_word_stands_weighs_it() -> None:
     assert g.noun_weight("cursor") > 0.5  # nothing speaks against a noun
     # An adjective's ending with a plural is a noun's: "professionals" names people.
     g.read("Professional rates apply")
-    assert g.noun_weight("professional") <= 0.5
-    g.read("Professionals book the slot; professionals see their calendar")
-    assert g.noun_weight("professional") > 0.5
+    assert g.noun_weight("professional", {"Professional": 1}) <= 0.5
+    g.read("Professionals book the slot; professionals see it")
+    assert g.noun_weight("professional", {"Professional": 1, "professionals": 2}) > 0.5
     # File names are names of things, whatever their words look like elsewhere.
     g.read("Keep it decorative")
     assert g.noun_weight("decorative") <= 0.5

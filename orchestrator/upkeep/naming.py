@@ -175,7 +175,10 @@ class Vocabulary:
             self.grammar.read_paths([*it.files, *it.applies])
             for w in _WORD_CASED.findall(text):
                 low = stem(w.lower())
-                self._forms.setdefault(low, Counter())[w] += 1
+                forms = self._forms.get(low)
+                if forms is None:  # not setdefault: a Counter made per word cost a tenth
+                    forms = self._forms[low] = Counter()
+                forms[w] += 1
                 if not w[1:].islower() and not w.isupper():  # useAuth, DealOggetto
                     self.ident.add(low)
             if "`" in text:
@@ -196,7 +199,7 @@ class Vocabulary:
     def kind(self, word: str) -> int:
         """How well `word` (a stem) can name a topic: THING, SAID_OF_ALL (a word of most
         groups) or VERB_OR_ADJECTIVE (what the learnings do or how things are)."""
-        if word not in self.ident and self.grammar.noun_weight(word) <= 0.5:
+        if word not in self.ident and self._noun_weight(word) <= 0.5:
             return VERB_OR_ADJECTIVE
         return SAID_OF_ALL if word in self.spread else THING
 
@@ -216,12 +219,15 @@ class Vocabulary:
         """The `kind` of each written word of `terms` (from `salient`)."""
         return {t: self.kind(self._stems.get(t, stem(t.lower()))) for t in terms}
 
+    def _noun_weight(self, word: str) -> float:
+        return self.grammar.noun_weight(word, self._forms.get(word))
+
     def _thing(self, word: str) -> float:
         """How much `word` names a thing: identifiers most, then nouns; verbs, adjectives
         and adverbs ("provides", "stale", "identically") least."""
         if word in self.ident:
             return 1.5
-        noun = _NOT_NOUN + (1 - _NOT_NOUN) * self.grammar.noun_weight(word)
+        noun = _NOT_NOUN + (1 - _NOT_NOUN) * self._noun_weight(word)
         if word in self.spread:
             noun *= _SPREAD_WEIGHT
         return noun * 1.5 if word in self.code else noun
