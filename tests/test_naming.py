@@ -154,3 +154,25 @@ def test_a_code_span_word_that_reads_as_an_adjective_names_nothing() -> None:
     assert vocab.kinds(terms)["stale"] == naming.VERB_OR_ADJECTIVE
     name = naming.candidates("", terms, vocab.kinds(terms))[0]
     assert "stale" not in name.lower(), name
+
+
+def test_two_words_written_as_one_phrase_name_it_as_written() -> None:
+    # "schema validation" is what the learnings call it: not "Validation & schema".
+    lines = [
+        "Schema validation: validation of a schema runs first",
+        "Run schema validation before the export",
+        "The schema validation error names the field",
+        "Schema validation is cached per export",
+    ]
+    items = [Item([f"- {ln}"], f"US-{n}", [], n, tokens=20) for n, ln in enumerate(lines, 1)]
+    vocab = naming.Vocabulary(items)
+    terms = vocab.salient(items)
+    phrases = vocab.phrases(items, terms)
+    assert ("schema", "validation") in phrases, (terms, phrases)
+    assert ("validation", "schema") not in phrases
+    assert {terms[0], terms[1]} == {"schema", "validation"}, terms
+    name = naming.candidates("Api", terms, vocab.kinds(terms), phrases)[0]
+    assert name == "Api: schema validation", name
+    # Once is not a phrase: the words stay apart.
+    once = items[:1] + [Item(["- Validation of the schema"], "US-9", [], 9, tokens=20)]
+    assert naming.Vocabulary(once).phrases(once, ["schema", "validation"]) == {}

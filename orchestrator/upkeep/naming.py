@@ -127,6 +127,13 @@ _ACRONYMS = {
 }
 _SPREAD = 0.5  # a word in more groups than this share is filler ("added", "aggiunto")
 _TERMS = 3  # at most this many words after the head: a name, not a summary
+_PHRASE_TERMS = 4  # the best words looked at for phrases (Vocabulary.phrases)
+# Two words with only spaces between them; the second is looked at, not taken, so that
+# "schema validation rules" gives both of its pairs. A word cut short ("disabl…") pairs
+# with none.
+_ADJACENT = re.compile(
+    r"(?<![a-z0-9])([a-z][a-z0-9]{3,}+)[ \t]+(?=([a-z][a-z0-9]{3,}+)(?![a-z0-9]))"
+)
 _NOT_NOUN = 0.2  # the weight left to a word all evidence calls a verb or an adjective
 _SPREAD_WEIGHT = 0.1  # and to a word of most groups
 # Vocabulary.kind: how well a word names a topic, best first.
@@ -158,6 +165,7 @@ class Vocabulary:
         self._bags: dict[int, set[str]] = {}
         self._forms: dict[str, Counter[str]] = {}  # stem -> its written forms
         self._stems: dict[str, str] = {}  # written form given by `label` -> its stem
+        self._pairs: dict[int, list[tuple[str, str]]] = {}  # see _adjacent
         self.skip = set(_FILLER)
         for it in items:
             for sid in it.source.split(","):
@@ -186,6 +194,7 @@ class Vocabulary:
                     if not paths_in(span):  # a path's folders are the area, not a thing
                         self.code.update(stem(w) for w in WORD_RE.findall(span.lower()))
         self.spread: set[str] = set()  # see learn_groups
+        self._things: dict[str, float] = {}  # see _thing
 
     def learn_groups(self, groups: list[list[Item]]) -> None:
         """Words found in most groups of the log ("added", "aggiunto", "component") say
@@ -195,6 +204,7 @@ class Vocabulary:
             return
         spread = Counter(w for its in groups for w in set().union(*map(self.bag, its)))
         self.spread.update(w for w, c in spread.items() if c > _SPREAD * len(groups))
+        self._things.clear()
 
     def kind(self, word: str) -> int:
         """How well `word` (a stem) can name a topic: THING, SAID_OF_ALL (a word of most
@@ -215,6 +225,36 @@ class Vocabulary:
         self._stems[written] = word
         return written
 
+    def phrases(self, items: list[Item], terms: list[str]) -> dict[tuple[str, str], str]:
+        """Pairs of the first `terms` (from `salient`: the pairs names are most often made
+        of; all eight cost a sixth of naming) that the learnings write as one phrase, one
+        word right after the other ("schema validation", "demo mode"), in at least two
+        of `items` and in most of those that have both: {(first, second): "first second"}."""
+        stems = {self._stems.get(t, stem(t.lower())): t for t in terms[:_PHRASE_TERMS]}
+        if len(stems) < 2:
+            return {}
+        forms = {f.lower(): w for w in stems for f in self._forms.get(w, {w: 1})}
+        seen: Counter[tuple[str, str]] = Counter()
+        bags = [self.bag(it).intersection(stems) for it in items]
+        for it, bag in zip(items, bags, strict=True):
+            if len(bag) > 1:
+                found = {(forms.get(a, ""), forms.get(b, "")) for a, b in self._adjacent(it)}
+                seen.update(p for p in found if p[0] in bag and p[1] in bag)
+        out = {}
+        for (sa, sb), n in seen.items():
+            both = sum(1 for bag in bags if sa in bag and sb in bag)
+            if sa != sb and n >= 2 and 2 * n > both:
+                a, b = stems[sa], stems[sb]
+                out[(a, b)] = f"{a} {b.lower() if b.istitle() else b}"
+        return out
+
+    def _adjacent(self, item: Item) -> list[tuple[str, str]]:
+        """The pairs of words written one right after the other in `item`, lower-case."""
+        key = id(item)
+        if key not in self._pairs:
+            self._pairs[key] = _ADJACENT.findall("\n".join(item.lines).lower())
+        return self._pairs[key]
+
     def kinds(self, terms: Iterable[str]) -> dict[str, int]:
         """The `kind` of each written word of `terms` (from `salient`)."""
         return {t: self.kind(self._stems.get(t, stem(t.lower()))) for t in terms}
@@ -225,6 +265,12 @@ class Vocabulary:
     def _thing(self, word: str) -> float:
         """How much `word` names a thing: identifiers most, then nouns; verbs, adjectives
         and adverbs ("provides", "stale", "identically") least."""
+        found = self._things.get(word)
+        if found is None:
+            found = self._things[word] = self._weigh_thing(word)
+        return found
+
+    def _weigh_thing(self, word: str) -> float:
         if word in self.ident:
             return 1.5
         noun = _NOT_NOUN + (1 - _NOT_NOUN) * self._noun_weight(word)
@@ -301,22 +347,31 @@ def _joined(terms: list[str]) -> str:
     return ", ".join(terms[:-1]) + " & " + terms[-1]
 
 
-def candidates(head: str, terms: list[str], kinds: Mapping[str, int] | None = None) -> list[str]:
+def candidates(
+    head: str,
+    terms: list[str],
+    kinds: Mapping[str, int] | None = None,
+    phrases: Mapping[tuple[str, str], str] | None = None,
+) -> list[str]:
     """Names to try in order: the two best words, then other pairs, then three words,
     then one; by `kinds` (Vocabulary.kinds), names of things before words said of all
-    groups before verbs and adjectives: "Split" before "Split & identically"."""
+    groups before verbs and adjectives: "Split" before "Split & identically". A pair the
+    learnings write as one phrase (`phrases`, Vocabulary.phrases) is named as written:
+    "Schema validation", not "Validation & schema"."""
     top = terms[:8]
+    rank = kinds or {}
+    phrases = phrases or {}
     picks: list[list[str]] = []
     picks += [[a, b] for i, a in enumerate(top) for b in top[i + 1 :]]
     picks += [top[:3]] if len(top) >= 3 else []
     picks += [[t] for t in top]
-    if kinds:  # a stable sort: the order above within each rank
-        picks.sort(key=lambda p: max(kinds.get(t, THING) for t in p))
+    picks.sort(key=lambda p: max(rank.get(t, THING) for t in p))  # stable: order above
     names = []
     for p in picks:
-        body = _joined(p[:_TERMS])
+        pair = (p[0], p[-1]) if len(p) == 2 else ("", "")
+        body = phrases.get(pair) or phrases.get(pair[::-1]) or _joined(p[:_TERMS])
         names.append(f"{head}: {body}" if head else _sentence(body))
-    return [n for n in names if n and not n.endswith(": ")]
+    return [n for n in dict.fromkeys(names) if n and not n.endswith(": ")]
 
 
 def unique(options: list[str], taken: SimilarIndex, span: str) -> str:
