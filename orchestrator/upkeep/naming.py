@@ -4,9 +4,12 @@ A topic is named by its code area when the area says what it is ("Payments strip
 "Database migrations"), and by the words that set its learnings apart when it is one of
 several topics cut from one area or keyword ("Search: tokenizer & boosts"). Salient words
 are frequent in the topic, rare in the history (tf-idf over all learnings) and, for a
-piece of a group, more frequent there than in the rest of the group. Never "other",
-"General notes", story ids or numbered parts; a name `ralph check` would call a duplicate
-of another takes the next best words instead.
+piece of a group, more frequent there than in the rest of the group. They are what the
+learnings are about (identifiers, nouns: see wordclass), not what they say is done or how
+things are ("provides & complete"), and two words the learnings write as one phrase are
+named so ("Schema validation"). Never "other", "General notes", story ids or numbered
+parts; a name `ralph check` would call a duplicate of another takes the next best words
+instead.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ history, weigh each word:
   notes, and endings that nouns rarely have ("-ly", "-ive", "-ous", participles);
 - where it stands: after "the"/"a"/"each" and before a pause or "is"/"of" (a noun), after
   "must"/"should"/"we" or right before "the" (a verb), after "is"/"very"/"not" (an
-  adjective or participle); an adjective's ending with a plural seen ("modals") is a noun;
+  adjective or participle); an adjective's ending with a plural ("collectibles") is a noun's;
 - where it is a name already: the words of the files the learnings concern.
 
 `Grammar.noun_weight(word)` is the share of the evidence that says "noun" (0 to 1).
@@ -215,7 +215,7 @@ class Grammar:
         if looks_like_non_noun(usual) and word not in self.in_paths:
             prior_noun, prior_other = 0.0, _PRIOR_OTHER
             if not _lemmas(usual) & _NOT_NOUNS and any(_plural(f) for f in forms):
-                noun += 2  # adjectives have no plural: "modals", "signals", "variables"
+                noun += 2  # adjectives have no plural: "collectibles", "professionals"
         elif usual.endswith(_GERUND_ENDING):
             prior_noun, prior_other = 1.0, 1.0
         else:
