@@ -322,7 +322,8 @@ def _named(drafts: list[_Draft], vocab: Vocabulary) -> list[Leaf]:
         its = [it for d in members for it in d.items]
         head = members[0].head
         terms = [] if head and len(members) > 1 else vocab.salient(its)
-        options = ([head] if head else []) + candidates(head, terms)
+        named = candidates(head, terms, vocab.kinds(terms), vocab.phrases(its, terms))
+        options = ([head] if head else []) + named
         group_names[key] = unique(options, taken, story_span(its))
         taken.add(group_names[key])
     out: list[Leaf] = []
@@ -337,7 +338,8 @@ def _named(drafts: list[_Draft], vocab: Vocabulary) -> list[Leaf]:
         skip = re.findall(r"[A-Za-z0-9]+", head.lower()) if head else []
         for d in members:
             terms = vocab.salient(d.items, rest=(counts, n_all), skip=skip)
-            name = unique(candidates(head, terms), taken, story_span(d.items))
+            options = candidates(head, terms, vocab.kinds(terms), vocab.phrases(d.items, terms))
+            name = unique(options, taken, story_span(d.items))
             taken.add(name)
             out.append((name, d.items, d.areas, group))
     return out
