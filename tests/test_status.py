@@ -170,3 +170,29 @@ def test_a_pasted_megabyte_without_blank_lines_is_read(tmp_path: Path) -> None:
         out = ralph(root, *args)
         assert out.returncode == 0, out.stderr
         assert "Traceback" not in out.stderr and "internal error" not in out.stderr
+
+
+def test_files_rows_reach_by_a_symlink_or_a_bare_name_are_not_called_unindexed(
+    tmp_path: Path,
+) -> None:
+    import os
+
+    root = _project(tmp_path)
+    refs = root / "ralph/references"
+    (refs / "target.md").write_text("# Target\n- linked\n")
+    os.symlink("target.md", refs / "link.md")
+    (refs / "bare.md").write_text("# Bare\n- by name\n")
+    progress = root / "scripts/ralph/progress.txt"
+    progress.write_text(
+        progress.read_text().replace(
+            "| Gone | ralph/references/gone.md |\n",
+            "| Gone | ralph/references/gone.md |\n| Link | ralph/references/link.md |\n"
+            "| Bare | bare.md |\n",
+        )
+    )
+    st = status.collect(locate(root))
+    notes = {r["path"]: r["note"] for r in st["references"]}
+    assert notes["ralph/references/link.md"] == "" and notes["bare.md"] == ""
+    assert [p for p, n in notes.items() if n == "not in the index"] == [
+        "ralph/references/orphan.md"
+    ]
