@@ -196,3 +196,26 @@ def test_files_rows_reach_by_a_symlink_or_a_bare_name_are_not_called_unindexed(
     assert [p for p, n in notes.items() if n == "not in the index"] == [
         "ralph/references/orphan.md"
     ]
+
+
+def test_topics_paths_and_a_project_name_with_brackets_are_printed_as_written(
+    tmp_path: Path,
+) -> None:
+    """Square brackets are rich markup: `[/x]` in a topic or the project's name stopped
+    `ralph status` with a MarkupError, and `[bold]` vanished from the table."""
+    root = _project(tmp_path)
+    progress = root / "scripts/ralph/progress.txt"
+    text = progress.read_text().replace(
+        "| Gone | ralph/references/gone.md |\n",
+        "| [bold]Auth[/bold] | ralph/references/[red]b.md |\n| weird [/x] topic | x.md |\n",
+    )
+    progress.write_text(text)
+    prd_file = root / "scripts/ralph/prd.json"
+    data = json.loads(prd_file.read_text())
+    data["project"], data["branchName"] = "Acme [/v2]", "ralph/[red]x"
+    prd_file.write_text(json.dumps(data, indent=2))
+    out = ralph(root, "status", COLUMNS="200")
+    assert out.returncode == 0, out.stderr
+    assert "Acme [/v2] · branch ralph/[red]x" in out.stdout
+    assert "[bold]Auth[/bold]" in out.stdout and "ralph/references/[red]b.md" in out.stdout
+    assert "weird [/x] topic" in out.stdout

@@ -100,10 +100,15 @@ def render(st: dict[str, Any], console: Console, limit: int | None = None) -> No
 
 def _render_summary(st: dict[str, Any], console: Console) -> None:
     """The project, its stories, the memory's sizes and the warnings."""
+    from rich.text import Text  # see _console()
+
     s = st["stories"]
     nxt = s["next"]
+    # Text, not markup: a project or branch named "Acme [/v2]" is printed as written.
     console.print(
-        f"[bold]{st['project'] or 'project'}[/bold] · branch {st['branch'] or '-'} · {st['prd']}"
+        Text.assemble(
+            (st["project"] or "project", "bold"), f" · branch {st['branch'] or '-'} · {st['prd']}"
+        )
     )
     console.print(
         f"stories: {s['passed']}/{s['total']} passed · next: "
@@ -139,6 +144,7 @@ def _shown(refs: list[dict[str, Any]], limit: int | None) -> list[dict[str, Any]
 def _references_table(refs: list[dict[str, Any]], width: int) -> Table:
     from rich import box  # see _console()
     from rich.table import Table
+    from rich.text import Text
 
     t = Table(
         title="index and references", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False
@@ -156,7 +162,9 @@ def _references_table(refs: list[dict[str, Any]], width: int) -> Table:
     t.add_column("path", no_wrap=True, overflow="ellipsis", width=path_w)
     t.add_column("note", no_wrap=True, overflow="ellipsis", width=note_w)
     for r in refs:
-        t.add_row(r["topic"] or "-", fmt(r["tokens"]) if r["exists"] else "-", r["path"], r["note"])
+        # Text, not str: rich reads a str cell as markup ("[/x]" in a topic is an error).
+        cells = (r["topic"] or "-", fmt(r["tokens"]) if r["exists"] else "-", r["path"], r["note"])
+        t.add_row(*(Text(c) for c in cells))
     return t
 
 
