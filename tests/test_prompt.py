@@ -374,3 +374,27 @@ def test_gc_paused_restores_the_collector_and_puts_what_it_made_out_of_its_reach
         assert ref() is None
     finally:
         gc.unfreeze()
+
+
+def test_two_rows_naming_one_file_show_the_row_of_the_topic_taken(tmp_path: Path) -> None:
+    """When the index is too long to inline, the prompt lists the taken topics' rows. Two
+    rows naming one file (a confused agent's alias): the row shown is the one whose topic
+    ranked, not the last row naming that file (which the prompt may not have taken at all)."""
+    root = make_project(tmp_path)
+    refs = root / "ralph" / "references"
+    filler = ""
+    for n in range(60):
+        (refs / f"garden-{n:02}.md").write_text(f"# Garden {n}\n\n- Water the tomatoes {n}\n")
+        filler += f"| Garden watering {n:02} | ralph/references/garden-{n:02}.md |\n"
+    progress = root / "scripts" / "ralph" / "progress.txt"
+    alias = "| Zebra crossing | ralph/references/auth-flow.md |\n"
+    text = progress.read_text().replace("| Release |", filler + alias + "| Release |")
+    progress.write_text(text)
+    run = [sys.executable, "-m", "orchestrator", "prompt", "--story", "US-002"]
+    out = subprocess.run([*run, "--budget", "3000"], cwd=root, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "## Progress Index (the rows for this story)" in out.stdout
+    rows = [
+        ln for ln in out.stdout.splitlines() if ln.endswith("| ralph/references/auth-flow.md |")
+    ]
+    assert rows == ["| Auth flow | ralph/references/auth-flow.md |"]
