@@ -219,3 +219,34 @@ def test_topics_paths_and_a_project_name_with_brackets_are_printed_as_written(
     assert "Acme [/v2] · branch ralph/[red]x" in out.stdout
     assert "[bold]Auth[/bold]" in out.stdout and "ralph/references/[red]b.md" in out.stdout
     assert "weird [/x] topic" in out.stdout
+
+
+def test_a_missing_file_is_shown_before_the_area_rows_whose_note_only_informs(
+    tmp_path: Path,
+) -> None:
+    """What `ralph migrate` writes for a big history: area references listing their topics.
+    Their rows carry notes that only inform ("area: lists topics", "in area X"); the table
+    must still show the missing file and the orphan that need the user, and count only
+    such rows in its last line."""
+    root = _project(tmp_path)
+    refs = root / "ralph/references"
+    index = ""
+    for a in range(3):
+        rows = ""
+        for n in range(20):
+            (refs / f"a{a}t{n:02}.md").write_text(f"# Topic {a}.{n}\n- fact {n}\n")
+            rows += f"| Topic {a}.{n:02} | ralph/references/a{a}t{n:02}.md |\n"
+        body = f"# Area {a}\n\n| Topic | Reference Path |\n|---|---|\n{rows}"
+        (refs / f"area-{a}.md").write_text(body)
+        index += f"| Area {a} | ralph/references/area-{a}.md |\n"
+    (refs / "a2t19.md").unlink()  # listed by the last area, behind 60 informing rows
+    progress = root / "scripts/ralph/progress.txt"
+    text = PROGRESS.replace("| Escape | ../../etc/passwd |\n", "")
+    progress.write_text(text.replace("| Gone | ralph/references/gone.md |\n", index))
+    out = ralph(root, "status", COLUMNS="200")
+    assert out.returncode == 0, out.stderr
+    listed = [ln for ln in out.stdout.splitlines() if "ralph/references/" in ln]
+    assert any("a2t19.md" in ln and "missing file" in ln for ln in listed)
+    assert any("orphan.md" in ln and "not in the index" in ln for ln in listed)
+    # 65 rows (4 in the index, 60 the areas list, the orphan): 25 more, none flagged.
+    assert "… and 25 more: `ralph status --all` lists them" in out.stdout

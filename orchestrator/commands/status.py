@@ -36,7 +36,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--all",
         action="store_true",
-        help=f"list every index row and reference (default: {TABLE_ROWS}, those with a note first)",
+        help=f"list every index row and reference (default: {TABLE_ROWS}, flagged ones first)",
     )
     p.add_argument(
         "-f",
@@ -82,10 +82,8 @@ def render(st: dict[str, Any], console: Console, limit: int | None = None) -> No
         shown = _shown(st["references"], limit)
         console.print(_references_table(shown, console.width))
         if hidden := len(st["references"]) - len(shown):
-            noted = sum(1 for r in st["references"] if r["note"]) - sum(
-                1 for r in shown if r["note"]
-            )
-            which = f" ({noted:,} of them with a note)" if noted else ""
+            flagged = sum(map(_flagged, st["references"])) - sum(map(_flagged, shown))
+            which = f" ({flagged:,} of them flagged)" if flagged else ""
             console.print(
                 f"… and {hidden:,} more{which}: `ralph status --all` lists them, "
                 "`--json` for scripts",
@@ -130,15 +128,23 @@ def _render_summary(st: dict[str, Any], console: Console) -> None:
         console.print(f"warning: {warning}", markup=False, soft_wrap=True)
 
 
+def _flagged(ref: dict[str, Any]) -> bool:
+    """A row whose note asks something of the user (a missing file, a path outside the
+    folder, a file no row names), not one that only informs ("in area Billing")."""
+    return str(ref["note"]).startswith(status.PROBLEMS)  # before any "; in area X"
+
+
 def _shown(refs: list[dict[str, Any]], limit: int | None) -> list[dict[str, Any]]:
-    """At most `limit` rows, in index order: the rows with a note first (a missing file, an
-    orphan: what needs the user), then the first others. A 10,000-row table took seconds
-    to draw and buried the summary above it."""
+    """At most `limit` rows, in index order: the flagged rows first (what needs the user),
+    then the first others. A 10,000-row table took seconds to draw and buried the summary
+    above it; a migrated project's rows nearly all carry an area note, which says nothing
+    is wrong, so only the flagged ones come first."""
     if limit is None or len(refs) <= limit:
         return refs
-    noted = [i for i, r in enumerate(refs) if r["note"]][:limit]
-    plain = [i for i, r in enumerate(refs) if not r["note"]][: limit - len(noted)]
-    return [refs[i] for i in sorted(noted + plain)]
+    flags = [_flagged(r) for r in refs]
+    first = [i for i, f in enumerate(flags) if f][:limit]
+    rest = [i for i, f in enumerate(flags) if not f][: limit - len(first)]
+    return [refs[i] for i in sorted(first + rest)]
 
 
 def _references_table(refs: list[dict[str, Any]], width: int) -> Table:

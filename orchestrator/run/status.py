@@ -60,6 +60,16 @@ def collect(project: Project) -> dict[str, Any]:
     }
 
 
+# The notes of `references` that ask something of the user (the others only inform: "area:
+# lists topics", "in area X"); a nested topic's note starts with one, then its area's name.
+MISSING, OUTSIDE, UNINDEXED = (
+    "missing file",
+    "path outside the references folder",
+    "not in the index",
+)
+PROBLEMS = (MISSING, OUTSIDE, UNINDEXED)
+
+
 def references(project: Project, prog: Any, encoding: str) -> list[dict[str, Any]]:
     """Every index row (with its file's size) and every reference file not in the index."""
     store = FastStore(project.references)
@@ -87,7 +97,7 @@ def references(project: Project, prog: Any, encoding: str) -> list[dict[str, Any
                 "path": project.rel(Path(file)),
                 "exists": True,
                 "tokens": tokens.count(fsutil.read_text(file), encoding),
-                "note": "not in the index",
+                "note": UNINDEXED,
             }
         )
     return out
@@ -127,10 +137,10 @@ def _item(
     try:
         text = fsutil.read_text(named.file(path))
     except PathEscapeError:
-        item["note"] = "path outside the references folder"
+        item["note"] = OUTSIDE
         return item, None
     except FileNotFoundError:
-        item["note"] = "missing file"
+        item["note"] = MISSING
         return item, None
     item.update(exists=True, tokens=tokens.count(text, encoding))
     return item, text
