@@ -78,6 +78,7 @@ def chosen_command(argv: Sequence[str]) -> str | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    _tolerant_streams()
     argv = list(sys.argv[1:] if argv is None else argv)
     command = chosen_command(argv)
     # `ralph completion` describes every command, so it needs all of them registered.
@@ -95,6 +96,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "exit_one", False) and code != 0 and not stopped:
         return 1  # `ralph run --compat`: ralph.sh exits 1 for every failure
     return code
+
+
+def _tolerant_streams() -> None:
+    """Output that is not UTF-8 (PYTHONIOENCODING=ascii, an old C locale) cannot show "·"
+    or "…": such a character prints as "?" instead of stopping the command mid-output."""
+    for stream in (sys.stdout, sys.stderr):
+        encoding = (getattr(stream, "encoding", None) or "").lower().replace("-", "")
+        reconfigure = getattr(stream, "reconfigure", None)
+        if encoding != "utf8" and reconfigure is not None:
+            with contextlib.suppress(ValueError, OSError):  # a stream already in use
+                reconfigure(errors="replace")
 
 
 def _command_parser(parser: argparse.ArgumentParser, name: str | None) -> argparse.ArgumentParser:

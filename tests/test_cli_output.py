@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -23,6 +24,20 @@ def test_config_warnings_go_to_stderr_for_every_command(tmp_path: Path) -> None:
         assert "bogus_key" not in res.stdout, args
         assert "ralph: warning: ralph.yaml: unknown key 'bogus_key'" in res.stderr, args
     json.loads(ralph(root, "status", "--json").stdout)  # stdout stays pure JSON
+
+
+def test_output_that_is_not_utf8_shows_question_marks_not_a_traceback(tmp_path: Path) -> None:
+    """A pipe or terminal in ASCII or Latin-1 cannot show "·" or "…": the command still
+    prints everything else and exits 0."""
+    root = make_project(tmp_path / "p", 1)
+    for encoding, dot in (("ascii", "?"), ("latin-1", "·")):
+        res = subprocess.run(
+            [*RALPH, "status"], cwd=root, env=env(PYTHONIOENCODING=encoding), capture_output=True
+        )
+        out, err = res.stdout.decode(encoding), res.stderr.decode(encoding)
+        assert res.returncode == 0, err
+        assert f"stories: 0/1 passed {dot} next: US-001" in out
+        assert "Traceback" not in err and "internal error" not in err
 
 
 def test_status_at_80_columns_keeps_every_column(tmp_path: Path) -> None:
