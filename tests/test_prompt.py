@@ -398,3 +398,20 @@ def test_two_rows_naming_one_file_show_the_row_of_the_topic_taken(tmp_path: Path
         ln for ln in out.stdout.splitlines() if ln.endswith("| ralph/references/auth-flow.md |")
     ]
     assert rows == ["| Auth flow | ralph/references/auth-flow.md |"]
+
+
+def test_two_rows_naming_one_file_put_its_learnings_in_once(tmp_path: Path) -> None:
+    """An agent's alias row (`| Logout | auth-flow.md |`) names a file already indexed: the
+    prompt carries its learnings once, and `--json` says why the alias was left out."""
+    root = make_project(tmp_path)
+    progress = root / "scripts" / "ralph" / "progress.txt"
+    alias = "| Logout session | auth-flow.md |\n"
+    progress.write_text(progress.read_text().replace("| Release |", alias + "| Release |"))
+    run = [sys.executable, "-m", "orchestrator", "prompt", "--story", "US-002"]
+    out = subprocess.run(run, cwd=root, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.count("logout must clear it") == 1
+    js = subprocess.run([*run, "--json"], cwd=root, capture_output=True, text=True)
+    rows = {r["topic"]: r for r in json.loads(js.stdout)["considered"]}
+    assert rows["Logout session"]["reason"] == "same text as ralph/references/auth-flow.md"
+    assert rows["Auth flow"]["taken"] is True

@@ -366,22 +366,40 @@ def _share(inp: Inputs) -> float:
     return REFERENCES_SHARE if inp.ref_share is None else inp.ref_share
 
 
+def _left_out_row(ref: Any, reason: str) -> dict[str, Any]:
+    """`considered`'s row of a reference the selector never saw."""
+    return {
+        "path": ref.path,
+        "topic": ref.topic,
+        "score": 0.0,
+        "tokens": 0,
+        "items": 0,
+        "taken_items": 0,
+        "taken_tokens": 0,
+        "taken": False,
+        "reason": reason,
+    }
+
+
 def _missing_rows(inp: Inputs) -> list[dict[str, Any]]:
     return [
-        {
-            "path": r.path,
-            "topic": r.topic,
-            "score": 0.0,
-            "tokens": 0,
-            "items": 0,
-            "taken_items": 0,
-            "taken_tokens": 0,
-            "taken": False,
-            "reason": "file missing",
-        }
-        for r in inp.references
-        if not getattr(r, "exists", True)
+        _left_out_row(r, "file missing") for r in inp.references if not getattr(r, "exists", True)
     ]
+
+
+def _distinct(refs: list[Any]) -> tuple[list[Any], list[dict[str, Any]]]:
+    """The references without those whose text an earlier one has (two index rows naming
+    one file, an agent's alias, put the same learnings into the prompt twice), and a
+    `considered` row for each left out."""
+    first: dict[str, Any] = {}
+    kept, rows = [], []
+    for r in refs:
+        earlier = first.setdefault(r.text, r)
+        if earlier is r:
+            kept.append(r)
+        else:
+            rows.append(_left_out_row(r, f"same text as {earlier.path}"))
+    return kept, rows
 
 
 def build_indexed(inp: Inputs, *, with_counterfactual: bool = True) -> Assembled:
@@ -393,9 +411,13 @@ def build_indexed(inp: Inputs, *, with_counterfactual: bool = True) -> Assembled
     enc = inp.encoding
     base_vals, base_n, whole = _fixed_part(inp)
     # memory.Reference has the topic, path and text the selector reads
-    sources = [
-        r for r in inp.references if getattr(r, "exists", True) and not getattr(r, "is_area", False)
-    ]
+    sources, doubles = _distinct(
+        [
+            r
+            for r in inp.references
+            if getattr(r, "exists", True) and not getattr(r, "is_area", False)
+        ]
+    )
     room = None if inp.budget is None else min(inp.budget - base_n, int(_share(inp) * inp.budget))
     memo = refcache.open_cache(inp.logs_dir)
     while True:
@@ -423,7 +445,7 @@ def build_indexed(inp: Inputs, *, with_counterfactual: bool = True) -> Assembled
         [sources[r].path for r in selection.refs],
         inp.indexed_template.name,
         str(inp.story.id),
-        lambda: selection.considered + _missing_rows(inp),
+        lambda: selection.considered + doubles + _missing_rows(inp),
     )
 
 
