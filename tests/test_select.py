@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from orchestrator import tokens
-from orchestrator.run import rank, where
+from orchestrator.run import considered, rank, where
 from orchestrator.run import select as sel
 
 AUTH = sel.Source(
@@ -427,13 +427,13 @@ def test_the_reasons_per_reference_are_made_only_when_asked_for(monkeypatch: Any
     """A loop iteration reads the chunks and the references taken, never every reference's
     row (10,000 rows cost a tenth of a second): those are made on first use, the same."""
     made: list[int] = []
-    real = sel._considered
+    real = considered.rows
 
     def spy(*args: Any) -> list[dict[str, Any]]:
         made.append(1)
         return real(*args)
 
-    monkeypatch.setattr(sel, "_considered", spy)
+    monkeypatch.setattr(considered, "rows", spy)
     s = sel.select("Log in, refresh the session and log out", SOURCES, budget=None)
     assert s.chunks and s.ranked and made == []
     taken = [r["path"] for r in s.considered if r["taken"]]

@@ -38,6 +38,7 @@ from orchestrator.memory.markdown import escape_cell
 from orchestrator.memory.prd import Prd
 from orchestrator.memory.store import Memory
 from orchestrator.project import Project
+from orchestrator.run import considered
 from orchestrator.run.templates import (
     Template,
     builtin_template,
@@ -366,24 +367,11 @@ def _share(inp: Inputs) -> float:
     return REFERENCES_SHARE if inp.ref_share is None else inp.ref_share
 
 
-def _left_out_row(ref: Any, reason: str) -> dict[str, Any]:
-    """`considered`'s row of a reference the selector never saw."""
-    return {
-        "path": ref.path,
-        "topic": ref.topic,
-        "score": 0.0,
-        "tokens": 0,
-        "items": 0,
-        "taken_items": 0,
-        "taken_tokens": 0,
-        "taken": False,
-        "reason": reason,
-    }
-
-
 def _missing_rows(inp: Inputs) -> list[dict[str, Any]]:
     return [
-        _left_out_row(r, "file missing") for r in inp.references if not getattr(r, "exists", True)
+        considered.left_out(r, "file missing")
+        for r in inp.references
+        if not getattr(r, "exists", True)
     ]
 
 
@@ -398,7 +386,7 @@ def _distinct(refs: list[Any]) -> tuple[list[Any], list[dict[str, Any]]]:
         if earlier is r:
             kept.append(r)
         else:
-            rows.append(_left_out_row(r, f"same text as {earlier.path}"))
+            rows.append(considered.left_out(r, f"same text as {earlier.path}"))
     return kept, rows
 
 

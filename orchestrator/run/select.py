@@ -28,15 +28,15 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from typing import Any
 
 import numpy as np
 
 from orchestrator import tokens as tok
 from orchestrator.memory.markdown import close_fences
-from orchestrator.run import rank, refcache, semantic, where
+from orchestrator.run import considered, rank, refcache, semantic, where
 
 # Items scoring below this share of the best item's score are not taken even when the budget
 # has room: they make a prompt bigger without making it better.
@@ -89,9 +89,8 @@ class Selection:
     tokens: int = 0  # tokens of the taken items' text
     # The references taken from, most tokens taken first, then by score.
     ranked: list[int] = field(default_factory=list)
-    # Makes `considered` when it is asked for: a loop iteration never does, and 10,000
-    # references' rows cost a tenth of a second.
-    rows: Callable[[], list[dict[str, Any]]] = field(default=list, repr=False, compare=False)
+    # Makes `considered` when it is asked for (run/considered.py).
+    rows: considered.Rows = field(default=list, repr=False, compare=False)
 
     @functools.cached_property
     def considered(self) -> list[dict[str, Any]]:
@@ -391,22 +390,8 @@ def select(
         encoding=encoding,
     )
     if prior:
-        selection.rows = _with_prior_rows(selection.rows, prior)
+        selection.rows = considered.with_prior(selection.rows, prior)
     return selection
-
-
-def _with_prior_rows(
-    rows: Callable[[], list[dict[str, Any]]], prior: Mapping[str, float]
-) -> Callable[[], list[dict[str, Any]]]:
-    """`rows`, each reference's prior added (`ralph prompt --json`: why it was taken)."""
-
-    def with_prior() -> list[dict[str, Any]]:
-        out = rows()
-        for row in (r for r in out if r["path"] in prior):
-            row["prior"] = prior[row["path"]]
-        return out
-
-    return with_prior
 
 
 def _order(
@@ -448,7 +433,7 @@ def take(
     left = budget if budget is not None else 10**12
     per_ref: dict[int, int] = {}
     taken: list[Chunk] = []
-    events: list[tuple[int, int | str]] = []  # (reference, tokens taken | why left)
+    events: list[considered.Event] = []  # (reference, tokens taken | why left)
     for i in order:
         r = int(sc.refs[i])
         pos = i - int(offsets[r])
@@ -468,13 +453,8 @@ def take(
     scores = sc.ref_scores.tolist()
 
     def rows() -> list[dict[str, Any]]:
-        stats = _dropped(sc, tiers > 0, passing, len(sources))
-        for r, what in events:
-            if isinstance(what, str):
-                stats[r]["why"].add(what)
-            else:
-                _tally(stats[r], what, tier.get(r, 2))
-        return _considered(sources, scores, stats, tier)
+        free = tiers > 0
+        return considered.rows(sources, scores, sc.refs, sc.scores, free, passing, events, tier)
 
     ranked = sorted(per_ref, key=lambda r: (-per_ref[r], -scores[r], sources[r].path))
     picked = sorted(taken, key=lambda c: (c.ref, c.pos))
@@ -496,78 +476,6 @@ def with_prior(
     top = scores.max(initial=0.0)
     raised = np.minimum(top, scores + PRIOR_WEIGHT * boost * cutoff * top)
     return np.round(np.where(scores > 0.0, raised, scores), 6)
-
-
-class _RefStats(TypedDict):
-    """One reference's tally while the budget is spent."""
-
-    items: int
-    taken: int
-    taken_tokens: int
-    why: set[str]
-
-
-def _dropped(
-    sc: Scored, free: np.ndarray, passing: np.ndarray, n_refs: int
-) -> dict[int, _RefStats]:
-    """Per reference: its item count and why its items were left out before the budget."""
-    # As lists: reading numpy arrays one element at a time is slow over 10,000 references.
-    below = free & (sc.scores > 0.0) & ~passing
-    items = np.bincount(sc.refs, minlength=n_refs).tolist()
-    zero = np.bincount(sc.refs, weights=free & (sc.scores <= 0.0), minlength=n_refs).tolist()
-    low = np.bincount(sc.refs, weights=below, minlength=n_refs).tolist()
-    stats: dict[int, _RefStats] = {}
-    for r in range(n_refs):
-        why = {w for w, k in (("no match", zero[r]), ("below cut-off", low[r])) if k}
-        if items[r] == 0:
-            why = {"empty"}
-        stats[r] = {"items": int(items[r]), "taken": 0, "taken_tokens": 0, "why": why}
-    return stats
-
-
-def _tally(st: _RefStats, n: int, tier: int) -> None:
-    st["taken"] += 1
-    st["taken_tokens"] += n
-    st["why"].add(("hint: story" if tier == 0 else "always") if tier < 2 else "relevant")
-
-
-def _considered(
-    sources: Sequence[Source],
-    ref_scores: list[float],
-    stats: dict[int, _RefStats],
-    tier: dict[int, int],
-) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
-    for r, src in enumerate(sources):
-        st = stats[r]
-        why = sorted(st["why"], key=_REASON_ORDER.index)
-        rows.append(
-            {
-                "path": src.path,
-                "topic": src.topic,
-                "score": ref_scores[r] if ref_scores else 0.0,
-                "tokens": getattr(src, "tokens", None),
-                "items": st["items"],
-                "taken_items": st["taken"],
-                "taken_tokens": st["taken_tokens"],
-                "taken": st["taken"] > 0,
-                "reason": ", ".join(why),
-            }
-        )
-    rows.sort(key=lambda x: (-x["taken_tokens"], -x["score"], x["path"]))
-    return rows
-
-
-_REASON_ORDER = [
-    "hint: story",
-    "always",
-    "relevant",
-    "over budget",
-    "over references.max_tokens",
-    "below cut-off",
-    "no match",
-    "empty",
-]
 
 
 def _trim(chunk: Chunk, limit: int, encoding: str) -> Chunk | None:
