@@ -48,6 +48,17 @@ def _weak_words(name: str) -> set[str]:
     return {w.lower() for w in re.findall(r"[A-Za-z]+", name)} & VERBS_AND_ADJECTIVES
 
 
+def _names_about(topic: list[str], other: list[str], said: str) -> list[str]:
+    """Migrate a log of `topic`'s learnings then `other`'s, one story each: the names of the
+    topics whose learnings say `said` (at least one), none with a verb or an adjective."""
+    text = _log([(f"US-{k:03d}", [ln]) for k, ln in enumerate(topic + other, 1)])
+    names = _names_of(text)
+    about = [n for n, learnings in names.items() if said in learnings]
+    assert about, names
+    assert not [n for n in about if _weak_words(n)], names
+    return about
+
+
 def test_a_topic_is_named_by_its_identifier_not_by_the_verbs_around_it() -> None:
     # Pasted test output, as in a real history: the same verbs in every line, one class.
     api = [
@@ -61,13 +72,8 @@ def test_a_topic_is_named_by_its_identifier_not_by_the_verbs_around_it() -> None
         "Ledger export rounds the invoice totals to cents",
         "Ledger export keeps the invoice currency column",
     ]
-    text = _log([(f"US-{k:03d}", [ln]) for k, ln in enumerate(api + ledger, 1)])
-    names = _names_of(text)
-    about_api = [n for n, said in names.items() if "CheckybotControlApiTest" in said]
-    assert about_api, names
-    for name in about_api:
-        assert "CheckybotControlApiTest" in name, names
-        assert not _weak_words(name), names
+    for name in _names_about(api, ledger, "CheckybotControlApiTest"):
+        assert "CheckybotControlApiTest" in name
 
 
 def test_nouns_of_a_topic_name_it_before_the_verbs_and_adjectives_of_its_prose() -> None:
@@ -84,13 +90,8 @@ def test_nouns_of_a_topic_name_it_before_the_verbs_and_adjectives_of_its_prose()
         "Prisma migration seeds the invoice table",
         "Prisma migration needs a shadow database",
     ]
-    text = _log([(f"US-{k:03d}", [ln]) for k, ln in enumerate(docs + other, 1)])
-    names = _names_of(text)
-    about_docs = [n for n, said in names.items() if "audit trail" in said]
-    assert about_docs, names
-    for name in about_docs:
-        assert not _weak_words(name), names
-        assert re.search(r"(?i)store|trail|audit|evidence", name), names
+    for name in _names_about(docs, other, "audit trail"):
+        assert re.search(r"(?i)store|trail|audit|evidence", name), name
 
 
 def test_a_pair_with_a_verb_or_adjective_comes_after_a_name_of_things() -> None:
