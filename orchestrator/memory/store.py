@@ -10,6 +10,7 @@ typo.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -153,6 +154,36 @@ class FastStore:
         if rel is not None:
             return f"{self.folder}{os.sep}{rel}" if os.sep == "/" else self.folder / rel
         return Path(self.store.resolve(index_path))
+
+
+class NamedFiles:
+    """The files index rows name, to find the folder's files no row names: a plain file of
+    the folder by its index path, any other (a symlink, another spelling) by its resolved
+    path. Resolving 10,000 rows and files one by one took 20,000 realpath walks."""
+
+    def __init__(self, fast: FastStore) -> None:
+        self.fast = fast
+        self.paths: set[str] = set()
+        self.resolved: set[str] = set()
+
+    def file(self, index_path: str) -> Path:
+        """The file a row's path names, now counted as named (PathEscapeError when the path
+        leaves the folder)."""
+        rel = self.fast.plain_rel(index_path)
+        if rel is not None:
+            self.paths.add(f"{self.fast.rel_dir}/{rel}")
+            return self.fast.folder / rel
+        target = self.fast.resolve(index_path).resolve()
+        self.resolved.add(target.as_posix())
+        return target
+
+    def unnamed(self) -> Iterator[tuple[str, str]]:
+        """(index path, file) of each reference file of the folder no row names."""
+        for index_path, file in self.fast.store.indexed_names():
+            if index_path in self.paths:
+                continue
+            if not self.resolved or Path(file).resolve().as_posix() not in self.resolved:
+                yield index_path, file
 
 
 def _row_line(text: str, path: str) -> int:

@@ -16,7 +16,7 @@ from orchestrator.errors import PathEscapeError
 from orchestrator.memory import areas, usage
 from orchestrator.memory.prd import Prd
 from orchestrator.memory.progress import Progress
-from orchestrator.memory.store import FastStore
+from orchestrator.memory.store import FastStore, NamedFiles
 from orchestrator.project import Project
 from orchestrator.run import watch
 from orchestrator.upkeep import audit
@@ -72,25 +72,22 @@ PROBLEMS = (MISSING, OUTSIDE, UNINDEXED)
 
 def references(project: Project, prog: Any, encoding: str) -> list[dict[str, Any]]:
     """Every index row (with its file's size) and every reference file not in the index."""
-    store = FastStore(project.references)
-    named = _Named(store)
+    named = NamedFiles(FastStore(project.references))
     out: list[dict[str, Any]] = []
     for row in prog.index_rows:
-        item, text = _item(store, row.topic, row.path, encoding, named)
+        item, text = _item(row.topic, row.path, encoding, named)
         out.append(item)
         if text is not None and areas.is_area(text):
             item["note"] = "area: lists topics"
             # Its topics follow it (one level: they are never areas themselves).
             for topic, path in areas.nested_rows(text):
-                nested, _ = _item(store, topic, path, encoding, named)
+                nested, _ = _item(topic, path, encoding, named)
                 nested["area"] = row.topic
                 nested["note"] = (nested["note"] + "; " if nested["note"] else "") + (
                     f"in area {row.topic}"
                 )
                 out.append(nested)
-    for index_path, file in project.references.indexed_names():
-        if named.has(index_path, file):
-            continue
+    for _index_path, file in named.unnamed():
         out.append(
             {
                 "topic": None,
@@ -103,34 +100,8 @@ def references(project: Project, prog: Any, encoding: str) -> list[dict[str, Any
     return out
 
 
-class _Named:
-    """The files index rows name: a plain file of the folder by its index path, any other
-    (a symlink, another spelling) by its resolved path. Resolving 10,000 rows and files one
-    by one took 20,000 realpath walks."""
-
-    def __init__(self, store: FastStore) -> None:
-        self.store = store
-        self.paths: set[str] = set()
-        self.resolved: set[str] = set()
-
-    def file(self, path: str) -> Path:
-        """The file an index path names (PathEscapeError when it leaves the folder)."""
-        rel = self.store.plain_rel(path)
-        if rel is not None:
-            self.paths.add(f"{self.store.rel_dir}/{rel}")
-            return self.store.folder / rel
-        target = self.store.resolve(path)  # a real path already
-        self.resolved.add(target.as_posix())
-        return target
-
-    def has(self, index_path: str, file: str) -> bool:
-        if index_path in self.paths:
-            return True
-        return bool(self.resolved) and Path(file).resolve().as_posix() in self.resolved
-
-
 def _item(
-    store: FastStore, topic: str, path: str, encoding: str, named: _Named
+    topic: str, path: str, encoding: str, named: NamedFiles
 ) -> tuple[dict[str, Any], str | None]:
     """An index row's line of the table, and its file's text when it has one."""
     item: dict[str, Any] = {"topic": topic, "path": path, "exists": False, "tokens": 0, "note": ""}

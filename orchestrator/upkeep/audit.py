@@ -11,6 +11,7 @@ story id, and an interrupted compact/migrate apply. It never writes.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import functools
 import re
@@ -24,7 +25,7 @@ from orchestrator.memory.findings import Finding
 from orchestrator.memory.markdown import unclosed_fence
 from orchestrator.memory.prd import Prd
 from orchestrator.memory.progress import Progress
-from orchestrator.memory.store import FastStore, PathResolver
+from orchestrator.memory.store import FastStore, NamedFiles, PathResolver
 from orchestrator.memory.tables import TableRow, is_reserved_heading
 from orchestrator.memory.vocab import extract_story_ids
 from orchestrator.project import Project
@@ -351,36 +352,21 @@ def _folder_findings(mem: MemoryFiles) -> list[Finding]:
 
 
 def _orphan_findings(mem: MemoryFiles) -> list[Finding]:
-    store = mem.project.references
-    fast = mem.store if isinstance(mem.store, FastStore) else FastStore(store)
-    # A row naming a plain file of the folder is known by that file's index path; any other
-    # row (a symlink, an odd spelling) by its resolved file. 10,000 references resolved one
-    # by one, rows and files, took 40,000 realpath walks.
-    named_paths: set[str] = set()
-    named: set[Path] = set()
+    fast = mem.store if isinstance(mem.store, FastStore) else FastStore(mem.project.references)
+    named = NamedFiles(fast)
     for r in [*mem.rows, *mem.nested]:
-        rel = fast.plain_rel(r.path)
-        if rel is not None:
-            named_paths.add(f"{fast.rel_dir}/{rel}")
-            continue
-        try:
-            named.add(mem.abs(r.path).resolve())
-        except PathEscapeError:
-            continue
-    out: list[Finding] = []
-    for ip, file in store.indexed_names():
-        if ip in named_paths or (named and Path(file).resolve() in named):
-            continue
-        out.append(
-            _finding(
-                "orphan-file",
-                ip,
-                None,
-                "no index row names this reference",
-                f"add `| <Topic> | {ip} |` to the Progress Index or delete it",
-            )
+        with contextlib.suppress(PathEscapeError):  # reported as path-escape
+            named.file(r.path)
+    return [
+        _finding(
+            "orphan-file",
+            ip,
+            None,
+            "no index row names this reference",
+            f"add `| <Topic> | {ip} |` to the Progress Index or delete it",
         )
-    return out
+        for ip, _file in named.unnamed()
+    ]
 
 
 def _duplicate_findings(mem: MemoryFiles, prog: str) -> list[Finding]:
