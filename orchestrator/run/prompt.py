@@ -123,7 +123,7 @@ class Assembled:
     story_id: str = ""
     # Every reference's row (score, tokens taken, why), made when `considered` is read:
     # `ralph prompt --json` shows them, a loop iteration never reads them.
-    rows: Callable[[], list[dict[str, Any]]] = field(default=list, repr=False)
+    rows: considered.Rows = field(default=list, repr=False)
 
     @functools.cached_property
     def considered(self) -> list[dict[str, Any]]:
