@@ -226,6 +226,38 @@ def test_learnings_of_one_story_rank_together_across_topics() -> None:
     assert "theme tokens" not in text and "Rate limits" not in text
 
 
+def test_a_tag_naming_no_story_does_not_pool_unrelated_items_into_one_group() -> None:
+    # migrate tags the Codebase Patterns that overflow the always reference `[patterns]`;
+    # ranked as one group, their pooled text matched every story and filled the ceiling.
+    def ref(name: str, lines: list[str]) -> sel.Source:
+        return sel.Source(name, f"ralph/references/{name}.md", f"# {name}\n\n" + "".join(lines))
+
+    sources = [
+        ref(
+            "uploads",
+            [
+                "- [patterns] Multer keeps uploads in memory; stream them to storage\n",
+                "- [US-006] Signed documents are PDFs checked by magic bytes\n",
+            ],
+        ),
+        ref(
+            "prisma",
+            [
+                "- [patterns] Prisma enum names are global to the schema\n",
+                "- [US-008] RentalPayment rows cascade with their property\n",
+            ],
+        ),
+        ref("email", ["- [patterns] Email templates live in src/emails as MJML\n"]),
+    ]
+    assert rank.group_key("x.md", "[patterns]", "## H") == "#x.md:## H"
+    assert rank.group_key("x.md", "[US-006]", "## H") == "[US-006]"
+    assert rank.group_key("x.md", "[2026-05-07]", "") == "[2026-05-07]"
+    s = sel.select("Stream multer uploads to storage", sources, budget=None)
+    text = sel.render(s, sources)
+    assert "Multer keeps uploads" in text
+    assert "enum names" not in text and "MJML" not in text
+
+
 def test_prd_story_text_links_a_tag_to_the_query() -> None:
     ref = sel.Source(
         "Misc",

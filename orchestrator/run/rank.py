@@ -288,7 +288,10 @@ def scaled(xs: np.ndarray) -> np.ndarray:
 
 
 def group_key(path: str, tag: str, heading: str) -> str:
-    return tag if tag else f"#{path}:{heading}"
+    """The group an item is ranked with: the story its tag names (`[US-003]`, a date), else
+    its section. A tag naming no story (`[patterns]`, `[gotcha]`) would make one group of
+    unrelated items across every reference, and that group's pooled text matches any story."""
+    return tag if tag and any(_LOG_ID.fullmatch(p) for p in tag_ids(tag)) else f"#{path}:{heading}"
 
 
 @functools.cache
