@@ -7,9 +7,9 @@ The corpus ($RALPH_CORPUS) is split by history into 5 folds; histories that are 
 branches of one repository (folder names sharing `owner__repo`) fall in the same fold. For
 each fold, every setting (cut-off, blend, recency weight, file-overlap weight) is chosen on
 the other 4 folds by one declared objective, and figures are reported on the held-out fold
-only. Objective: the lowest median memory ratio whose median recall is >= 0.90 on the
-training folds (if no setting reaches 0.90: the highest median recall, then the lowest
-memory). Population: the late stories (last quarter) of histories whose log exceeds 5k
+only. Objective: on the training folds, the widest margin to both targets (median memory
+ratio <= 0.15, median recall >= 0.90), each margin scaled by its room; ties go to the least
+memory. Population: the late stories (last quarter) of histories whose log exceeds 5k
 tokens. bench/README.md has the definitions and the figures.
 """
 
@@ -36,8 +36,10 @@ from orchestrator.run import select as sel  # noqa: E402
 from orchestrator.run import semantic  # noqa: E402
 
 FOLDS = 5
-RECALL_FLOOR = 0.90
-CUTOFFS = [0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.8]
+# The issue's targets: median memory ratio <= 0.15 at median recall >= 0.90.
+MEMORY_GOAL = 0.15
+RECALL_GOAL = 0.90
+CUTOFFS = [0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9]
 GRID = {
     "blend": [0.2],
     "recency": [0.2, 0.35],
@@ -131,16 +133,21 @@ def _medians(t: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.median(sub[..., 0], axis=0), np.nanmedian(sub[..., 1], axis=0)
 
 
+def margin(mem: np.ndarray, rec: np.ndarray) -> np.ndarray:
+    """The smaller of the two targets' margins, each scaled by its room: (0.15 - memory) /
+    0.15 and (recall - 0.90) / 0.10. Negative when a target is missed."""
+    rec = np.nan_to_num(rec, nan=0.0)
+    return np.minimum((MEMORY_GOAL - mem) / MEMORY_GOAL, (rec - RECALL_GOAL) / (1 - RECALL_GOAL))
+
+
 def choose(t: np.ndarray, rows: np.ndarray) -> tuple[int, int]:
-    """(setting, cut-off) by the declared objective, from the rows given (training only)."""
+    """(setting, cut-off) by the declared objective, from the rows given (training only):
+    the widest margin to both targets (ties: the least memory). The cheapest setting that
+    just keeps recall at 0.90 sits where recall falls off a cliff as the cut-off rises, so
+    on unseen histories it lands under 0.90 (bench/README.md)."""
     mem, rec = _medians(t, rows)
-    ok = rec >= RECALL_FLOOR
-    if ok.any():
-        masked = np.where(ok, mem, np.inf)
-        j, m = np.unravel_index(int(np.argmin(masked)), masked.shape)
-    else:
-        order = np.lexsort((mem.ravel(), -rec.ravel()))
-        j, m = np.unravel_index(int(order[0]), mem.shape)
+    order = np.lexsort((mem.ravel(), -margin(mem, rec).ravel()))
+    j, m = np.unravel_index(int(order[0]), mem.shape)
     return int(j), int(m)
 
 

@@ -48,11 +48,16 @@ def _table(n_cases: int) -> np.ndarray:
     return t
 
 
-def test_choice_takes_the_cheapest_setting_that_keeps_recall() -> None:
+def test_choice_takes_the_widest_margin_to_both_targets() -> None:
     t = _table(10)
-    assert cv.choose(t, np.arange(10)) == (0, 1)  # recall 0.95 >= 0.90 at memory 0.3
-    t[:, :, :, 1] = 0.5  # nothing reaches the floor: the best recall, then the least memory
+    assert cv.choose(t, np.arange(10)) == (0, 1)  # the least bad: memory 0.3 at recall 0.95
+    t[:, :, :, 1] = 0.5  # recall missed everywhere by as much: the least memory
     assert cv.choose(t, np.arange(10)) == (0, 2)
+    # Memory 0.12 at recall 0.90 is the cheapest that keeps recall, right at its edge;
+    # 0.13 at 0.96 has room on both sides and is chosen.
+    for m, (mem, rec) in enumerate([(0.149, 0.91), (0.13, 0.96), (0.12, 0.90)]):
+        t[:, :, m, 0], t[:, :, m, 1] = mem, rec
+    assert cv.choose(t, np.arange(10)) == (0, 1)
 
 
 def test_thresholds_never_see_the_held_out_fold() -> None:
