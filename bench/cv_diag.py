@@ -34,9 +34,9 @@ from orchestrator.run import prompt as pr  # noqa: E402
 from orchestrator.run import rank, refcache, where  # noqa: E402
 from orchestrator.run import select as sel  # noqa: E402
 
-# The cases, kept between runs (a minute to build); keyed like the memories they hold, by
-# the source migrate runs, so a changed migrate rebuilds them.
-PICKLE = cd.CACHE / f"diag-cases-{cd._migrate_hash()}.pkl"
+# The cases, kept between runs (a minute to build); keyed by the corpus folder's name and,
+# like the memories they hold, by the source migrate runs, so a changed migrate rebuilds them.
+PICKLE = cd.CACHE / f"diag-cases-{cd._migrate_hash()}-{cb.corpus_root().name}.pkl"
 
 
 def load(only: str | None, reload: bool = False) -> list[cd.Case]:
