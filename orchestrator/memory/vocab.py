@@ -85,14 +85,22 @@ _LEARN_LABEL = re.compile(
 )
 _BULLET = re.compile(r"(\s*)(?:[-*+]|\d+[.)])\s+(.*)")
 # A file path: a name with an extension, optionally in folders, or a folder ending in "/".
-_EXT_PATH = re.compile(r"(?:[\w@~.+\[\]()-]+/)*[\w@~+\[\]()-][\w@~.+\[\]()-]*\.[A-Za-z]\w{0,7}")
+# A "*" is a glob ("db/sql/*.sql"), which names files too; a leading "." a dot-file.
+_EXT_PATH = re.compile(
+    r"(?:[\w@~.+\[\]()*-]+/)*\.?[\w@~+\[\]()*-][\w@~.+\[\]()*-]*\.[A-Za-z]\w{0,7}"
+)
 _DIR_PATH = re.compile(r"(?:[\w@~.+\[\]()-]+/)+")
+# A dot-file with no extension (".prettierrc"): a path only where a list item starts with
+# it or backticks hold it; in prose ".map" is a method.
+_DOT_FILE = re.compile(r"(?:[\w@~.+\[\]()-]+/)*\.[A-Za-z][\w-]*")
 # One leading path: "`a.ts`", "a.ts (new)", "a.ts: what changed", "a.ts - what changed".
+# The note in parentheses may hold calls of its own ("(added `publish()`)").
 _LEAD = re.compile(
-    r"\s*(?:\*\*)?`?([^\s`,;:*]+)`?(?:\*\*)?\s*(?:\([^)]*\))?\s*(?P<tail>(?::|[-–—]\s).*)?$",
+    r"\s*(?:\*\*)?`?([^\s`,;:]+?)`?(?:\*\*)?\s*(?:\((?:[^()]|\([^()]*\))*\))?\s*"
+    r"(?P<tail>(?::|[-–—]\s).*)?$",
     re.DOTALL,
 )
-_SLASHED = re.compile(r"[\w@~.+-]*(?:/[\w@~.+\[\]()-]+)+/?")
+_SLASHED = re.compile(r"[\w@~.+-]*(?:/[\w@~.+\[\]()*-]+)+/?")
 
 
 _LABEL_LEAD = re.compile(r"(\s*)([-*+] +)?(#{1,6} +)?(\*\*|__)?")
@@ -111,8 +119,10 @@ def _label(line: str, label: re.Pattern[str]) -> tuple[int, bool, str] | None:
     tm = _LABEL_TAIL.match(tail)
     if not tm or (not m.group(3) and ":" not in tail[: tm.end()] and tail.strip()):
         return None
-    if not m.group(3) and ":" not in tail[: tm.end()]:
-        return None  # "Files" alone only counts as a heading ("### Files Changed")
+    if not m.group(3) and ":" not in tail[: tm.end()] and not (m.group(2) or m.group(4)):
+        # "Files" alone counts as a heading ("### Files Changed"), a bullet or bold text
+        # ("- Files changed" over its list), never as the start of a sentence.
+        return None
     return len(m.group(1)), bool(m.group(2)), tail[tm.end() :].strip()
 
 
@@ -172,7 +182,7 @@ def _paths_in(item: str) -> list[str]:
     ("src/a.ts, b.ts: did x", "`a.ts` (new)"), else every backticked path, else every bare
     token that is unmistakably a file (has an extension) or a folder (ends with "/")."""
     leading: list[str] = []
-    for piece in item.split(","):
+    for piece in _pieces(item.rstrip().removesuffix(".")):  # "a.ts, b.ts." is a sentence
         m = _LEAD.match(piece)
         if not m or not _is_path(m.group(1)):
             break
@@ -185,12 +195,32 @@ def _paths_in(item: str) -> list[str]:
     found = [t for t in ticked if _is_path(t)]
     if found:
         return found
-    bare = [t.strip("*:.'\"()") for t in re.split(r"[\s,;]+", item)]
+    bare = [t.strip("*:'\"()").rstrip(".") for t in re.split(r"[\s,;]+", item)]
     return [t for t in bare if _EXT_PATH.fullmatch(t) or _DIR_PATH.fullmatch(t)]
 
 
+def _pieces(item: str) -> list[str]:
+    """The comma-separated parts of an item, a comma inside a note in parentheses or in
+    backticks not counting ("a.ts (added x, y), b.ts" is two parts)."""
+    parts: list[str] = []
+    depth, ticked, start = 0, False, 0
+    for i, ch in enumerate(item):
+        if ch == "`":
+            ticked = not ticked
+        elif not ticked and ch in "([":
+            depth += 1
+        elif not ticked and ch in ")]":
+            depth = max(0, depth - 1)
+        elif ch == "," and not ticked and depth == 0:
+            parts.append(item[start:i])
+            start = i + 1
+    return [*parts, item[start:]]
+
+
 def _is_path(token: str) -> bool:
-    return bool(_EXT_PATH.fullmatch(token) or _SLASHED.fullmatch(token))
+    return bool(
+        _EXT_PATH.fullmatch(token) or _SLASHED.fullmatch(token) or _DOT_FILE.fullmatch(token)
+    )
 
 
 def extract_files(text: str) -> list[str]:
