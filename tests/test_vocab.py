@@ -70,3 +70,26 @@ def test_files_lists_of_real_shapes(block: str, files: list[str]) -> None:
 )
 def test_what_is_not_a_files_list(block: str, files: list[str]) -> None:
     assert extract_files("## 2026-01-01 - US-001\n" + block) == files
+
+
+@pytest.mark.parametrize(
+    ("block", "files"),
+    [
+        # Bullets under a file say what changed in it: "(e.g. x (1).log)" names no file.
+        (
+            "- **Files changed:**\n  - `srv/export.ts` - New handler:\n"
+            '    - Retries a failed batch (e.g., "x (1).log")\n'
+            "    - Calls `queue.flush()`, writes `out-DATE.csv`\n"
+            "  - `package.json` - Added `zod`\n",
+            ["srv/export.ts", "package.json"],
+        ),
+        # Under an item naming no file, the bullets are the files.
+        (
+            "- Files changed:\n  - Backend:\n    - srv/a.py\n    - srv/b.py\n  - web/c.ts\n",
+            ["srv/a.py", "srv/b.py", "web/c.ts"],
+        ),
+        ("- Files changed: a.ts\n  - b/c.ts\n", ["a.ts", "b/c.ts"]),
+    ],
+)
+def test_nested_bullets_of_a_files_list(block: str, files: list[str]) -> None:
+    assert extract_files("## 2026-01-01 - US-001\n" + block) == files

@@ -128,7 +128,13 @@ def _label(line: str, label: re.Pattern[str]) -> tuple[int, bool, str] | None:
 
 def _labelled_items(text: str, label: re.Pattern[str]) -> list[str]:
     """Items under each `label:` line: its inline text and the bullets nested below it."""
-    items: list[str] = []
+    return [item for found in _label_lists(text, label) for _, item in found]
+
+
+def _label_lists(text: str, label: re.Pattern[str]) -> list[list[tuple[int, str]]]:
+    """Per `label:` line, its items as (indent, text): the inline text (indent -1), then
+    each bullet below it, a deeper one included."""
+    lists: list[list[tuple[int, str]]] = []
     lines = [line.rstrip("\r\n") for line in split_lines(text)]
     i = 0
     while i < len(lines):
@@ -137,8 +143,8 @@ def _labelled_items(text: str, label: re.Pattern[str]) -> list[str]:
         if not found:
             continue
         indent, is_bullet, inline = found
-        if inline:
-            items.append(inline)
+        items: list[tuple[int, str]] = [(-1, inline)] if inline else []
+        lists.append(items)
         got = False
         while i < len(lines):
             line = lines[i]
@@ -155,14 +161,15 @@ def _labelled_items(text: str, label: re.Pattern[str]) -> list[str]:
             if b and _continues(line, indent, is_bullet):
                 if _label(line, _FILES_LABEL) or _label(line, _LEARN_LABEL):
                     break
-                items.append(b.group(2).rstrip())
+                items.append((deeper, b.group(2).rstrip()))
                 got = True
             elif got and not b and deeper > indent:
-                items[-1] += "\n" + line.strip()  # a wrapped bullet continues
+                at, last = items[-1]
+                items[-1] = (at, last + "\n" + line.strip())  # a wrapped bullet continues
             else:
                 break
             i += 1
-    return items
+    return lists
 
 
 def _continues(line: str, indent: int, label_is_bullet: bool) -> bool:
@@ -224,7 +231,19 @@ def _is_path(token: str) -> bool:
 
 
 def extract_files(text: str) -> list[str]:
+    """The paths of every files list. A bullet nested under an item that named a path says
+    what changed in that file ("- a.ts - new endpoint:" over "  - handles (e.g. x.pdf)"):
+    its words are no paths. Under an item naming none ("- Backend:") it is one."""
     found: list[str] = []
-    for item in _labelled_items(text, _FILES_LABEL):
-        found.extend(_paths_in(item))
+    for items in _label_lists(text, _FILES_LABEL):
+        parents: list[tuple[int, bool]] = []  # (indent, named a path) of the open items
+        for indent, item in items:
+            if indent < 0:  # the label's inline text: the bullets below are the label's
+                found.extend(_paths_in(item))
+                continue
+            while parents and parents[-1][0] >= indent:
+                parents.pop()
+            paths = [] if parents and parents[-1][1] else _paths_in(item)
+            found.extend(paths)
+            parents.append((indent, bool(paths) or bool(parents and parents[-1][1])))
     return list(dict.fromkeys(found))
