@@ -93,3 +93,21 @@ def test_what_is_not_a_files_list(block: str, files: list[str]) -> None:
 )
 def test_nested_bullets_of_a_files_list(block: str, files: list[str]) -> None:
     assert extract_files("## 2026-01-01 - US-001\n" + block) == files
+
+
+@pytest.mark.parametrize(
+    ("block", "files"),
+    [
+        # A file name with spaces, in backticks, with an extension.
+        (
+            "- Files changed:\n  - `Ops runbook.md`\n  - `docs/Launch plan.md` (new)\n",
+            ["Ops runbook.md", "docs/Launch plan.md"],
+        ),
+        ("- Files changed: `회의 메모.md`, `b.ts`\n", ["회의 메모.md", "b.ts"]),
+        # A command in backticks is no file.
+        ("- Files changed:\n  - `go test ./...` passes\n", []),
+        ("- Files changed:\n  - `npm run build` (ok), `a.ts`\n", ["a.ts"]),
+    ],
+)
+def test_file_names_with_spaces(block: str, files: list[str]) -> None:
+    assert extract_files("## 2026-01-01 - US-001\n" + block) == files

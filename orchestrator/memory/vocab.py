@@ -96,7 +96,8 @@ _DOT_FILE = re.compile(r"(?:[\w@~.+\[\]()-]+/)*\.[A-Za-z][\w-]*")
 # One leading path: "`a.ts`", "a.ts (new)", "a.ts: what changed", "a.ts - what changed".
 # The note in parentheses may hold calls of its own ("(added `publish()`)").
 _LEAD = re.compile(
-    r"\s*(?:\*\*)?`?([^\s`,;:]+?)`?(?:\*\*)?\s*(?:\((?:[^()]|\([^()]*\))*\))?\s*"
+    r"\s*(?:\*\*)?(?:`(?P<ticked>[^`,;:]+ [^`,;:]*)`|`?(?P<bare>[^\s`,;:]+?)`?)(?:\*\*)?\s*"
+    r"(?:\((?:[^()]|\([^()]*\))*\))?\s*"
     r"(?P<tail>(?::|[-–—]\s).*)?$",
     re.DOTALL,
 )
@@ -191,9 +192,10 @@ def _paths_in(item: str) -> list[str]:
     leading: list[str] = []
     for piece in _pieces(item.rstrip().removesuffix(".")):  # "a.ts, b.ts." is a sentence
         m = _LEAD.match(piece)
-        if not m or not _is_path(m.group(1)):
+        path = _lead_path(m) if m else None
+        if m is None or path is None:
             break
-        leading.append(m.group(1))
+        leading.append(path)
         if m.group("tail"):
             break  # "a.ts: did x, y" - the rest is prose
     if leading:
@@ -204,6 +206,16 @@ def _paths_in(item: str) -> list[str]:
         return found
     bare = [t.strip("*:'\"()").rstrip(".") for t in re.split(r"[\s,;]+", item)]
     return [t for t in bare if _EXT_PATH.fullmatch(t) or _DIR_PATH.fullmatch(t)]
+
+
+def _lead_path(m: re.Match[str]) -> str | None:
+    """The path an item starts with, if it is one. A name with spaces counts only in
+    backticks and with an extension ("`Ops runbook.md`"): a command ("`go test ./...`")
+    has none."""
+    spaced = m.group("ticked")
+    if spaced:
+        return spaced if _EXT_PATH.fullmatch(spaced.replace(" ", "_")) else None
+    return m.group("bare") if _is_path(m.group("bare")) else None
 
 
 def _pieces(item: str) -> list[str]:
