@@ -14,6 +14,7 @@ from orchestrator.memory.progress import (
     new_progress_text,
 )
 from orchestrator.memory.vocab import extract_date, extract_story_ids
+from orchestrator.upkeep.migrate import build_memory
 
 STANDARD = """# Ralph Progress Log
 Started: Tue Jan 13 23:40:01 CET 2026
@@ -529,3 +530,18 @@ def test_table_cells_are_the_same_with_and_without_escaped_bars() -> None:
     assert split_row("| a \\| b | ralph/references/ab.md |") == ["a | b", "ralph/references/ab.md"]
     assert split_row("|  | x |") == ["", "x"] and split_row("| lone") is None
     assert split_row("| C:\\path | `p.md` |") == ["C:\\path", "`p.md`"]
+
+
+def test_migrated_history_lines_are_no_entries() -> None:
+    """`ralph migrate` leaves one summary line per story under "## Migrated History"
+    ("- US-001: Title" when the log gave no date): a summary is not a log entry, whether or
+    not the agent has appended one since (status counted them only before it had)."""
+    log = (
+        "# Ralph Progress Log\n---\n\n## US-001 - Set up\n- Files changed: a.py\n"
+        "- **Learnings:**\n  - Use x\n\n## US-002 - Add y\n- **Learnings:**\n  - Use z\n"
+    )
+    migrated, _refs = build_memory(log)
+    assert "\n- US-001: Set up\n" in migrated
+    assert Progress.parse(migrated).entry_count == 0
+    appended = Progress.parse(migrated).append_entry("## 2026-01-02 - US-003\n- did w\n")
+    assert [e.story_ids for e in appended.entries] == [["US-003"]]

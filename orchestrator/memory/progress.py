@@ -43,6 +43,8 @@ from orchestrator.memory.vocab import (
 HEADER = "# Ralph Progress Log\nStarted: {date}\n---\n"
 INDEX_HEADING = "## Progress Index"
 INDEX_TABLE_HEAD = "| Topic | Reference Path |\n|---|---|\n"
+# Where `ralph migrate` leaves one summary line per past story: summaries, not entries.
+HISTORY_HEADING = "## Migrated History"
 
 _PATTERNS = re.compile(r"##\s+codebase patterns\b", re.IGNORECASE)
 
@@ -127,6 +129,9 @@ def _split_fallback(segments: list[_Segment]) -> list[_Segment]:
     out: list[_Segment] = []
     for seg in segments:
         lines = split_lines(seg.text)
+        if lines and lines[0].strip().lower() == HISTORY_HEADING.lower():
+            out.append(seg)  # "- US-001: Title" there is migrate's summary of an entry
+            continue
         starts = fallback_entry_starts(lines, strict=seg.kind == "patterns")
         if lines and SECTION_START.match(lines[0]):
             starts = [i for i in starts if i > 0]  # a section keeps its "## " line

@@ -85,14 +85,23 @@ _LEARN_LABEL = re.compile(
 )
 _BULLET = re.compile(r"(\s*)(?:[-*+]|\d+[.)])\s+(.*)")
 # A file path: a name with an extension, optionally in folders, or a folder ending in "/".
-_EXT_PATH = re.compile(r"(?:[\w@~.+\[\]()-]+/)*[\w@~+\[\]()-][\w@~.+\[\]()-]*\.[A-Za-z]\w{0,7}")
+# A "*" is a glob ("db/sql/*.sql"), which names files too; a leading "." a dot-file.
+_EXT_PATH = re.compile(
+    r"(?:[\w@~.+\[\]()*-]+/)*\.?[\w@~+\[\]()*-][\w@~.+\[\]()*-]*\.[A-Za-z]\w{0,7}"
+)
 _DIR_PATH = re.compile(r"(?:[\w@~.+\[\]()-]+/)+")
+# A dot-file with no extension (".prettierrc"): a path only where a list item starts with
+# it or backticks hold it; in prose ".map" is a method.
+_DOT_FILE = re.compile(r"(?:[\w@~.+\[\]()-]+/)*\.[A-Za-z][\w-]*")
 # One leading path: "`a.ts`", "a.ts (new)", "a.ts: what changed", "a.ts - what changed".
+# The note in parentheses may hold calls of its own ("(added `publish()`)").
 _LEAD = re.compile(
-    r"\s*(?:\*\*)?`?([^\s`,;:*]+)`?(?:\*\*)?\s*(?:\([^)]*\))?\s*(?P<tail>(?::|[-–—]\s).*)?$",
+    r"\s*(?:\*\*)?(?:`(?P<ticked>[^`,;:]+ [^`,;:]*)`|`?(?P<bare>[^\s`,;:]+?)`?)(?:\*\*)?\s*"
+    r"(?:\((?:[^()]|\([^()]*\))*\))?\s*"
+    r"(?P<tail>(?::|[-–—]\s).*)?$",
     re.DOTALL,
 )
-_SLASHED = re.compile(r"[\w@~.+-]*(?:/[\w@~.+\[\]()-]+)+/?")
+_SLASHED = re.compile(r"[\w@~.+-]*(?:/[\w@~.+\[\]()*-]+)+/?")
 
 
 _LABEL_LEAD = re.compile(r"(\s*)([-*+] +)?(#{1,6} +)?(\*\*|__)?")
@@ -111,14 +120,22 @@ def _label(line: str, label: re.Pattern[str]) -> tuple[int, bool, str] | None:
     tm = _LABEL_TAIL.match(tail)
     if not tm or (not m.group(3) and ":" not in tail[: tm.end()] and tail.strip()):
         return None
-    if not m.group(3) and ":" not in tail[: tm.end()]:
-        return None  # "Files" alone only counts as a heading ("### Files Changed")
+    if not m.group(3) and ":" not in tail[: tm.end()] and not (m.group(2) or m.group(4)):
+        # "Files" alone counts as a heading ("### Files Changed"), a bullet or bold text
+        # ("- Files changed" over its list), never as the start of a sentence.
+        return None
     return len(m.group(1)), bool(m.group(2)), tail[tm.end() :].strip()
 
 
 def _labelled_items(text: str, label: re.Pattern[str]) -> list[str]:
     """Items under each `label:` line: its inline text and the bullets nested below it."""
-    items: list[str] = []
+    return [item for found in _label_lists(text, label) for _, item in found]
+
+
+def _label_lists(text: str, label: re.Pattern[str]) -> list[list[tuple[int, str]]]:
+    """Per `label:` line, its items as (indent, text): the inline text (indent -1), then
+    each bullet below it, a deeper one included."""
+    lists: list[list[tuple[int, str]]] = []
     lines = [line.rstrip("\r\n") for line in split_lines(text)]
     i = 0
     while i < len(lines):
@@ -127,8 +144,8 @@ def _labelled_items(text: str, label: re.Pattern[str]) -> list[str]:
         if not found:
             continue
         indent, is_bullet, inline = found
-        if inline:
-            items.append(inline)
+        items: list[tuple[int, str]] = [(-1, inline)] if inline else []
+        lists.append(items)
         got = False
         while i < len(lines):
             line = lines[i]
@@ -145,14 +162,15 @@ def _labelled_items(text: str, label: re.Pattern[str]) -> list[str]:
             if b and _continues(line, indent, is_bullet):
                 if _label(line, _FILES_LABEL) or _label(line, _LEARN_LABEL):
                     break
-                items.append(b.group(2).rstrip())
+                items.append((deeper, b.group(2).rstrip()))
                 got = True
             elif got and not b and deeper > indent:
-                items[-1] += "\n" + line.strip()  # a wrapped bullet continues
+                at, last = items[-1]
+                items[-1] = (at, last + "\n" + line.strip())  # a wrapped bullet continues
             else:
                 break
             i += 1
-    return items
+    return lists
 
 
 def _continues(line: str, indent: int, label_is_bullet: bool) -> bool:
@@ -172,11 +190,12 @@ def _paths_in(item: str) -> list[str]:
     ("src/a.ts, b.ts: did x", "`a.ts` (new)"), else every backticked path, else every bare
     token that is unmistakably a file (has an extension) or a folder (ends with "/")."""
     leading: list[str] = []
-    for piece in item.split(","):
+    for piece in _pieces(item.rstrip().removesuffix(".")):  # "a.ts, b.ts." is a sentence
         m = _LEAD.match(piece)
-        if not m or not _is_path(m.group(1)):
+        path = _lead_path(m) if m else None
+        if m is None or path is None:
             break
-        leading.append(m.group(1))
+        leading.append(path)
         if m.group("tail"):
             break  # "a.ts: did x, y" - the rest is prose
     if leading:
@@ -185,16 +204,58 @@ def _paths_in(item: str) -> list[str]:
     found = [t for t in ticked if _is_path(t)]
     if found:
         return found
-    bare = [t.strip("*:.'\"()") for t in re.split(r"[\s,;]+", item)]
+    bare = [t.strip("*:'\"()").rstrip(".") for t in re.split(r"[\s,;]+", item)]
     return [t for t in bare if _EXT_PATH.fullmatch(t) or _DIR_PATH.fullmatch(t)]
 
 
+def _lead_path(m: re.Match[str]) -> str | None:
+    """The path an item starts with, if it is one. A name with spaces counts only in
+    backticks and with an extension ("`Ops runbook.md`"): a command ("`go test ./...`")
+    has none."""
+    spaced = m.group("ticked")
+    if spaced:
+        return spaced if _EXT_PATH.fullmatch(spaced.replace(" ", "_")) else None
+    return m.group("bare") if _is_path(m.group("bare")) else None
+
+
+def _pieces(item: str) -> list[str]:
+    """The comma-separated parts of an item, a comma inside a note in parentheses or in
+    backticks not counting ("a.ts (added x, y), b.ts" is two parts)."""
+    parts: list[str] = []
+    depth, ticked, start = 0, False, 0
+    for i, ch in enumerate(item):
+        if ch == "`":
+            ticked = not ticked
+        elif not ticked and ch in "([":
+            depth += 1
+        elif not ticked and ch in ")]":
+            depth = max(0, depth - 1)
+        elif ch == "," and not ticked and depth == 0:
+            parts.append(item[start:i])
+            start = i + 1
+    return [*parts, item[start:]]
+
+
 def _is_path(token: str) -> bool:
-    return bool(_EXT_PATH.fullmatch(token) or _SLASHED.fullmatch(token))
+    return bool(
+        _EXT_PATH.fullmatch(token) or _SLASHED.fullmatch(token) or _DOT_FILE.fullmatch(token)
+    )
 
 
 def extract_files(text: str) -> list[str]:
+    """The paths of every files list. A bullet nested under an item that named a path says
+    what changed in that file ("- a.ts - new endpoint:" over "  - handles (e.g. x.pdf)"):
+    its words are no paths. Under an item naming none ("- Backend:") it is one."""
     found: list[str] = []
-    for item in _labelled_items(text, _FILES_LABEL):
-        found.extend(_paths_in(item))
+    for items in _label_lists(text, _FILES_LABEL):
+        parents: list[tuple[int, bool]] = []  # (indent, named a path) of the open items
+        for indent, item in items:
+            if indent < 0:  # the label's inline text: the bullets below are the label's
+                found.extend(_paths_in(item))
+                continue
+            while parents and parents[-1][0] >= indent:
+                parents.pop()
+            paths = [] if parents and parents[-1][1] else _paths_in(item)
+            found.extend(paths)
+            parents.append((indent, bool(paths) or bool(parents and parents[-1][1])))
     return list(dict.fromkeys(found))
