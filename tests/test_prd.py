@@ -36,14 +36,16 @@ def test_next_story_order(tmp_path: Path) -> None:
         story("P2-b", priority="2"),  # numeric string: accepted
         story("P1-b", priority=1),
         story("NONE-2", priority=None),
+        story("P1.5", priority=1.5),  # a story inserted between 1 and 2
+        story("P1.7", priority="1.7"),
     ]
     prd = Prd.load(write(tmp_path, {"userStories": stories}))
     order = []
     while (nxt := prd.next_story()) is not None:
         order.append(nxt.id)
         prd.mark_passed(nxt.id)
-    assert order == ["P1-b", "P2-a", "P2-b", "NONE-1", "NONE-2"]
-    assert prd.all_passed() and prd.passed_count() == 6
+    assert order == ["P1-b", "P1.5", "P1.7", "P2-a", "P2-b", "NONE-1", "NONE-2"]
+    assert prd.all_passed() and prd.passed_count() == 8
 
 
 def test_fields_and_text(tmp_path: Path) -> None:
@@ -225,9 +227,9 @@ BAD = {
     "passes 1": ('[{"id": "A", "title": "t", "passes": 1}]', r"passes must be true or false"),
     "priority word": (
         '[{"id": "A", "title": "t", "priority": "high"}]',
-        r'\[0\]\.priority must be a whole number \(1 runs first\), got "high"',
+        r'\[0\]\.priority must be a number \(1 runs first\), got "high"',
     ),
-    "priority fraction": ('[{"id": "A", "title": "t", "priority": 1.5}]', r"got 1\.5"),
+    "priority not finite": ('[{"id": "A", "title": "t", "priority": NaN}]', r"got NaN"),
     "criteria number": (
         '[{"id": "A", "title": "t", "acceptanceCriteria": 3}]',
         r"\[0\]\.acceptanceCriteria must be a list of strings, got a number",

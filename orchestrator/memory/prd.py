@@ -8,7 +8,8 @@ ASCII escaping, trailing newline, line endings). Unknown fields are always kept.
 
 Accepted shapes (see the README): an object with a `userStories` list, or a top-level list of
 stories. Each story needs a unique `id` (string or number) and a `title`; `passes` defaults to
-false; `priority` is a whole number or a numeric string ("1"), missing/null sorts last;
+false; `priority` is a number or a numeric string ("1"; 31.1 runs between 31 and 32: real
+logs insert stories so), missing/null sorts last;
 `acceptanceCriteria` (or `acceptance_criteria`) is a list of strings or one string.
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +43,7 @@ class Story:
     title: str
     description: str = ""
     acceptance_criteria: list[str] = field(default_factory=list)
-    priority: int | None = None
+    priority: float | None = None
     passes: bool = False
     notes: str = ""
     references: list[str] = field(default_factory=list)
@@ -288,21 +290,22 @@ class _Validator:
             )
         return value
 
-    def priority(self, item: dict[str, Any], p: _JsonPath) -> int | None:
+    def priority(self, item: dict[str, Any], p: _JsonPath) -> float | None:
         value = item.get("priority")
         if value is None:
             return None
         if isinstance(value, int) and not isinstance(value, bool):
             return value
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
+        if isinstance(value, float) and math.isfinite(value):
+            return int(value) if value.is_integer() else value
         # Numeric strings ("1") are common in hand-written files and unambiguous; words like
         # "high" are not (is high 1 or 3?), so those are rejected with the fix.
-        if isinstance(value, str) and re.fullmatch(r"\s*-?\d+\s*", value):
-            return int(value)
+        if isinstance(value, str) and re.fullmatch(r"\s*-?\d+(\.\d+)?\s*", value):
+            number = float(value)
+            return int(number) if number.is_integer() else number
         raise self.fail(
             (*p, "priority"),
-            f"must be a whole number (1 runs first), got {_show(value)}",
+            f"must be a number (1 runs first), got {_show(value)}",
             'write e.g. "priority": 1, or remove it to run the story last',
         )
 
