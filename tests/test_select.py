@@ -252,6 +252,8 @@ def test_a_tag_naming_no_story_does_not_pool_unrelated_items_into_one_group() ->
     assert rank.group_key("x.md", "[patterns]", "## H") == "#x.md:## H"
     assert rank.group_key("x.md", "[US-006]", "## H") == "[US-006]"
     assert rank.group_key("x.md", "[2026-05-07]", "") == "[2026-05-07]"
+    for story in ("[entry 7]", "[CD-sux]", "[12]", "[API/006]", "[Sat Jan 10 13:30]"):
+        assert rank.group_key("x.md", story, "## H") == story  # migrate's and trackers' ids
     s = sel.select("Stream multer uploads to storage", sources, budget=None)
     text = sel.render(s, sources)
     assert "Multer keeps uploads" in text

@@ -27,6 +27,8 @@ from orchestrator.memory.entries import FILES_BY_STORY
 _K1, _B = 1.5, 0.75
 
 _TAG = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+\[([^\]\n]{1,80})\]")
+# A tag that names a story (an id, a date, migrate's "entry 7") has a digit or a hyphen.
+_STORY_TAG = re.compile(r"[\d-]")
 _HEADING = re.compile(r"^\s{0,3}#{1,6}\s+\S")
 _BULLET = re.compile(r"^(\s*)(?:[-*+]|\d+[.)])\s+")
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9]*|[0-9]+")
@@ -288,10 +290,11 @@ def scaled(xs: np.ndarray) -> np.ndarray:
 
 
 def group_key(path: str, tag: str, heading: str) -> str:
-    """The group an item is ranked with: the story its tag names (`[US-003]`, a date), else
-    its section. A tag naming no story (`[patterns]`, `[gotcha]`) would make one group of
-    unrelated items across every reference, and that group's pooled text matches any story."""
-    return tag if tag and any(_LOG_ID.fullmatch(p) for p in tag_ids(tag)) else f"#{path}:{heading}"
+    """The group an item is ranked with: the story its tag names (`[US-003]`, `[entry 7]`, a
+    date: anything with a digit or a hyphen), else its section. A word alone (`[patterns]`,
+    `[gotcha]`) names no story: as a group it would pool unrelated items of every reference,
+    whose pooled text matches any story."""
+    return tag if tag and _STORY_TAG.search(tag) else f"#{path}:{heading}"
 
 
 @functools.cache
