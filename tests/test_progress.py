@@ -545,3 +545,6 @@ def test_migrated_history_lines_are_no_entries() -> None:
     assert Progress.parse(migrated).entry_count == 0
     appended = Progress.parse(migrated).append_entry("## 2026-01-02 - US-003\n- did w\n")
     assert [e.story_ids for e in appended.entries] == [["US-003"]]
+    # A log whose entries have no "## " heading keeps counting the ones appended after.
+    dated = Progress.parse(migrated + "\n[2026-01-10 10:00] Story: US-003 - Add w\n- did w\n")
+    assert [e.story_ids for e in dated.entries] == [["US-003"]]

@@ -14,8 +14,7 @@ from dataclasses import dataclass, field
 
 from orchestrator import tokens
 from orchestrator.memory.markdown import Fences, section_starts
-from orchestrator.memory.progress import HISTORY_HEADING as HISTORY_HEADING  # migrate reads it here
-from orchestrator.memory.progress import INDEX_HEADING
+from orchestrator.memory.progress import HISTORY_HEADING, INDEX_HEADING
 from orchestrator.memory.vocab import extract_files, looks_like_entry
 
 _BRACKET_ENTRY = re.compile(r"(?i)^\[[^\]]{6,40}\]\s*(task|story|feature|iteration)\b\s*[:#-]")

@@ -129,10 +129,12 @@ def _split_fallback(segments: list[_Segment]) -> list[_Segment]:
     out: list[_Segment] = []
     for seg in segments:
         lines = split_lines(seg.text)
-        if lines and lines[0].strip().lower() == HISTORY_HEADING.lower():
-            out.append(seg)  # "- US-001: Title" there is migrate's summary of an entry
-            continue
         starts = fallback_entry_starts(lines, strict=seg.kind == "patterns")
+        if lines and lines[0].strip().lower() == HISTORY_HEADING.lower():
+            # Its first block ("- US-001: Title" lines) is migrate's summary of the moved
+            # entries; an entry the agent appends after a blank line is an entry.
+            summaries = next((i for i, line in enumerate(lines) if not line.strip()), len(lines))
+            starts = [i for i in starts if i > summaries]
         if lines and SECTION_START.match(lines[0]):
             starts = [i for i in starts if i > 0]  # a section keeps its "## " line
         if not starts:

@@ -26,7 +26,6 @@ from orchestrator.memory.entries import (
     DATE,
     FILES_BY_STORY,
     FILES_LINE,
-    HISTORY_HEADING,
     META,
     STORY_FIELD,
     Block,
@@ -46,7 +45,7 @@ from orchestrator.memory.entries import (
 )
 from orchestrator.memory.journal import Transaction
 from orchestrator.memory.prd import Prd
-from orchestrator.memory.progress import INDEX_HEADING, Progress
+from orchestrator.memory.progress import HISTORY_HEADING, INDEX_HEADING, Progress
 from orchestrator.project import Project
 from orchestrator.upkeep.topics import (
     DEFAULT_MAX_TOPICS,
