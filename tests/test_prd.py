@@ -38,14 +38,15 @@ def test_next_story_order(tmp_path: Path) -> None:
         story("NONE-2", priority=None),
         story("P1.5", priority=1.5),  # a story inserted between 1 and 2
         story("P1.7", priority="1.7"),
+        story("BIG", priority="9" * 400),  # exact, and no overflow on the way
     ]
     prd = Prd.load(write(tmp_path, {"userStories": stories}))
     order = []
     while (nxt := prd.next_story()) is not None:
         order.append(nxt.id)
         prd.mark_passed(nxt.id)
-    assert order == ["P1-b", "P1.5", "P1.7", "P2-a", "P2-b", "NONE-1", "NONE-2"]
-    assert prd.all_passed() and prd.passed_count() == 8
+    assert order == ["P1-b", "P1.5", "P1.7", "P2-a", "P2-b", "BIG", "NONE-1", "NONE-2"]
+    assert prd.all_passed() and prd.passed_count() == 9
 
 
 def test_fields_and_text(tmp_path: Path) -> None:
@@ -227,9 +228,11 @@ BAD = {
     "passes 1": ('[{"id": "A", "title": "t", "passes": 1}]', r"passes must be true or false"),
     "priority word": (
         '[{"id": "A", "title": "t", "priority": "high"}]',
-        r'\[0\]\.priority must be a number \(1 runs first\), got "high"',
+        r'\[0\]\.priority must be a number such as 1 or 31\.1 \(1 runs first\), got "high"',
     ),
     "priority not finite": ('[{"id": "A", "title": "t", "priority": NaN}]', r"got NaN"),
+    "priority infinite": ('[{"id": "A", "title": "t", "priority": 1E400}]', r"got Infinity"),
+    "priority half a number": ('[{"id": "A", "title": "t", "priority": "1."}]', r'got "1\."'),
     "criteria number": (
         '[{"id": "A", "title": "t", "acceptanceCriteria": 3}]',
         r"\[0\]\.acceptanceCriteria must be a list of strings, got a number",

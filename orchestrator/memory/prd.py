@@ -294,18 +294,22 @@ class _Validator:
         value = item.get("priority")
         if value is None:
             return None
+        number: float | None = None
         if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        if isinstance(value, float) and math.isfinite(value):
-            return int(value) if value.is_integer() else value
+            number = value
+        elif isinstance(value, float):
+            number = int(value) if value.is_integer() else value
         # Numeric strings ("1") are common in hand-written files and unambiguous; words like
         # "high" are not (is high 1 or 3?), so those are rejected with the fix.
-        if isinstance(value, str) and re.fullmatch(r"\s*-?\d+(\.\d+)?\s*", value):
+        elif isinstance(value, str) and re.fullmatch(r"\s*-?\d+\s*", value):
+            number = int(value)  # exact, however long
+        elif isinstance(value, str) and re.fullmatch(r"\s*-?\d+\.\d+\s*", value):
             number = float(value)
-            return int(number) if number.is_integer() else number
+        if isinstance(number, int) or (number is not None and math.isfinite(number)):
+            return number
         raise self.fail(
             (*p, "priority"),
-            f"must be a number (1 runs first), got {_show(value)}",
+            f"must be a number such as 1 or 31.1 (1 runs first), got {_show(value)}",
             'write e.g. "priority": 1, or remove it to run the story last',
         )
 
