@@ -66,6 +66,8 @@ def test_files_lists_of_real_shapes(block: str, files: list[str]) -> None:
         ("- Files changed: none (just PRD update)\n", []),
         ("- Files changed: API service, scheduled/manual jobs\n", []),
         ("- Files changed: see `a.ts`. Also b.\n", ["a.ts"]),
+        # In prose a backticked ".then" is a method, not a dot-file.
+        ("- Files changed: fixed `.then` chains and `.length` in `api/x.ts`\n", ["api/x.ts"]),
     ],
 )
 def test_what_is_not_a_files_list(block: str, files: list[str]) -> None:
@@ -89,6 +91,11 @@ def test_what_is_not_a_files_list(block: str, files: list[str]) -> None:
             ["srv/a.py", "srv/b.py", "web/c.ts"],
         ),
         ("- Files changed: a.ts\n  - b/c.ts\n", ["a.ts", "b/c.ts"]),
+        # A folder does not describe its nested files: they are files too.
+        (
+            "- Files changed:\n  - src/components/ (new)\n    - Button.tsx\n    - Card.tsx\n",
+            ["src/components/", "Button.tsx", "Card.tsx"],
+        ),
     ],
 )
 def test_nested_bullets_of_a_files_list(block: str, files: list[str]) -> None:
@@ -107,6 +114,8 @@ def test_nested_bullets_of_a_files_list(block: str, files: list[str]) -> None:
         # A command in backticks is no file.
         ("- Files changed:\n  - `go test ./...` passes\n", []),
         ("- Files changed:\n  - `npm run build` (ok), `a.ts`\n", ["a.ts"]),
+        ("- Files changed:\n  - `node scripts/seed.js` (run once)\n  - b.ts\n", ["b.ts"]),
+        ("- Files changed:\n  - `bash run tests.sh`\n", []),
     ],
 )
 def test_file_names_with_spaces(block: str, files: list[str]) -> None:

@@ -201,7 +201,8 @@ def _paths_in(item: str) -> list[str]:
     if leading:
         return leading
     ticked = [t.strip() for t in re.findall(r"`([^`]+)`", item)]
-    found = [t for t in ticked if _is_path(t)]
+    # In prose a backticked ".then" is a method: a dot-file counts only leading an item.
+    found = [t for t in ticked if _EXT_PATH.fullmatch(t) or _SLASHED.fullmatch(t)]
     if found:
         return found
     bare = [t.strip("*:'\"()").rstrip(".") for t in re.split(r"[\s,;]+", item)]
@@ -214,8 +215,18 @@ def _lead_path(m: re.Match[str]) -> str | None:
     has none."""
     spaced = m.group("ticked")
     if spaced:
+        first, rest = spaced.split(" ", 1)
+        if "/" in rest or first.lower() in _COMMANDS:  # `node scripts/seed.js`
+            return None
         return spaced if _EXT_PATH.fullmatch(spaced.replace(" ", "_")) else None
     return m.group("bare") if _is_path(m.group("bare")) else None
+
+
+# First words of a backticked command, not of a file name with spaces.
+_COMMANDS = frozenset(
+    "npm npx node yarn pnpm bun deno python python3 pytest pip uv bash sh zsh go cargo make "  # noqa: SIM905
+    "git ruby rails bundle php composer java mvn gradle dotnet swift".split()
+)
 
 
 def _pieces(item: str) -> list[str]:
@@ -257,5 +268,7 @@ def extract_files(text: str) -> list[str]:
                 parents.pop()
             paths = [] if parents and parents[-1][1] else _paths_in(item)
             found.extend(paths)
-            parents.append((indent, bool(paths) or bool(parents and parents[-1][1])))
+            # A folder ("- src/components/ (new)") does not describe its nested files.
+            named = any(not p.endswith("/") for p in paths)
+            parents.append((indent, named or bool(parents and parents[-1][1])))
     return list(dict.fromkeys(found))
