@@ -144,7 +144,8 @@ def choose(t: np.ndarray, rows: np.ndarray) -> tuple[int, int]:
     """(setting, cut-off) by the declared objective, from the rows given (training only):
     the widest margin to both targets (ties: the least memory). The cheapest setting that
     just keeps recall at 0.90 sits where recall falls off a cliff as the cut-off rises, so
-    on unseen histories it lands under 0.90 (bench/README.md)."""
+    on unseen histories it lands under 0.90 (bench/README.md). When every setting misses
+    recall by as much, the margins tie and the least memory wins."""
     mem, rec = _medians(t, rows)
     order = np.lexsort((mem.ravel(), -margin(mem, rec).ravel()))
     j, m = np.unravel_index(int(order[0]), mem.shape)

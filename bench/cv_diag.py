@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import hashlib
 import pickle
 import sys
 from pathlib import Path
@@ -34,20 +35,28 @@ from orchestrator.run import prompt as pr  # noqa: E402
 from orchestrator.run import rank, refcache, where  # noqa: E402
 from orchestrator.run import select as sel  # noqa: E402
 
-# The cases, kept between runs (a minute to build); keyed by the corpus folder's name and,
-# like the memories they hold, by the source migrate runs, so a changed migrate rebuilds them.
-PICKLE = cd.CACHE / f"diag-cases-{cd._migrate_hash()}-{cb.corpus_root().name}.pkl"
+
+def _pickle() -> Path:
+    """Where the cases are kept between runs (a minute to build): keyed, like the memories
+    they hold, by the source migrate runs, and by the corpus (its path and each log's size
+    and time), so a changed migrate or corpus rebuilds them."""
+    root = cb.corpus_root().resolve()
+    logs = sorted(root.glob("*/progress.txt"))
+    stamp = repr([str(root), *((p.parent.name, p.stat().st_size, p.stat().st_mtime) for p in logs)])
+    key = hashlib.sha256(stamp.encode()).hexdigest()[:12]
+    return cd.CACHE / f"diag-cases-{cd._migrate_hash()}-{key}.pkl"
 
 
 def load(only: str | None, reload: bool = False) -> list[cd.Case]:
-    if PICKLE.exists() and not only and not reload:
-        cases: list[cd.Case] = pickle.loads(PICKLE.read_bytes())
+    kept = _pickle()
+    if kept.exists() and not only and not reload:
+        cases: list[cd.Case] = pickle.loads(kept.read_bytes())
         return cases
     ns = argparse.Namespace(only=only, cutoff=None, blend=None, budget=16000, ref_cap=800)
     cases = cv.load_cases(cb.corpus_root(), ns)
     if not only:
-        PICKLE.parent.mkdir(parents=True, exist_ok=True)
-        PICKLE.write_bytes(pickle.dumps(cases))
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        kept.write_bytes(pickle.dumps(cases))
     return cases
 
 

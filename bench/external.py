@@ -9,7 +9,8 @@ bench/external.tsv names real Ralph histories from public repositories that are 
 defaults) or validation (30, never used for any choice; measured once, at the end). Each row
 pins a commit, so the files fetched are the ones measured. The texts are other people's and
 are not kept in this repository: this fetches them from GitHub (`--base` for a mirror).
-Every file is checked to be JSON (prd.json) or non-empty text before it is written; a
+Every file is checked to be JSON (prd.json) or UTF-8 text that starts like a log before it
+is written; a
 history whose files cannot be fetched is reported and skipped, the others are kept.
 """
 
@@ -20,6 +21,7 @@ import csv
 import json
 import sys
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -42,11 +44,11 @@ def fetch_one(row: dict[str, str], out: Path, base: str, timeout: float) -> None
     """One history into out/<folder>/ (progress.txt, prd.json, SOURCE.txt), written only when
     both files came and read as they should."""
     raw = f"{base.rstrip('/')}/{row['repo']}/{row['commit']}"
-    progress = _get(f"{raw}/{urllib.request.quote(row['path'])}", timeout)
-    prd = _get(f"{raw}/{urllib.request.quote(row['prd_path'])}", timeout)
+    progress = _get(f"{raw}/{urllib.parse.quote(row['path'])}", timeout)
+    prd = _get(f"{raw}/{urllib.parse.quote(row['prd_path'])}", timeout)
     json.loads(prd)  # a prd.json that does not parse is not the file measured
-    if not progress.strip():
-        raise ValueError("progress.txt is empty")
+    if not progress.decode("utf-8").lstrip().startswith(("#", "[", "-", "*")):
+        raise ValueError("progress.txt is empty or is not a log (an error page?)")
     folder = out / row["folder"]
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "progress.txt").write_bytes(progress)
@@ -63,13 +65,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=30.0)
     args = ap.parse_args(argv)
     failed = 0
-    for row in rows(args.set):
+    wanted = rows(args.set)
+    for row in wanted:
         try:
             fetch_one(row, args.out, args.base, args.timeout)
         except (OSError, ValueError, urllib.error.URLError) as e:  # JSONDecodeError is a ValueError
             failed += 1
             print(f"{row['folder']}: not fetched ({e})", file=sys.stderr)
-    print(f"{len(rows(args.set)) - failed} histories in {args.out}, {failed} not fetched")
+    print(f"{len(wanted) - failed} histories in {args.out}, {failed} not fetched")
     return 1 if failed else 0
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import http.server
 import json
+import re
 import sys
 import threading
 from collections.abc import Iterator
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+import corpus_bench  # noqa: E402
 import external  # noqa: E402
 
 COMMIT = "a" * 40
@@ -21,16 +23,20 @@ ROWS = [
     ("cv", "ann__shop", "ann/shop", "scripts/ralph/progress.txt", "scripts/ralph/prd.json"),
     ("validation", "bob__game", "bob/game", "tasks/[DONE] x/progress.txt", "prd.json"),
     ("validation", "cy__gone", "cy/gone", "progress.txt", "prd.json"),  # not on the server
+    ("validation", "dee__page", "dee/page", "progress.txt", "prd.json"),  # an HTML error page
 ]
 
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[str]:
     root = tmp_path / "www"
-    for _, folder, repo, path, prd in ROWS[:2]:
+    for _, folder, repo, path, prd in [*ROWS[:2], ROWS[3]]:
         base = root / repo / COMMIT
         (base / path).parent.mkdir(parents=True, exist_ok=True)
-        (base / path).write_bytes(f"## 2026-01-01 - US-001: {folder}\r\n".encode())
+        log = (
+            "<html>404</html>" if folder == "dee__page" else f"## 2026-01-01 - US-001: {folder}\r\n"
+        )
+        (base / path).write_bytes(log.encode())
         (base / prd).parent.mkdir(parents=True, exist_ok=True)
         (base / prd).write_text(json.dumps({"userStories": [{"id": "US-001"}]}))
     handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
@@ -59,7 +65,8 @@ def test_histories_are_fetched_byte_exact_and_a_missing_one_is_reported(
     ).read_bytes() == b"## 2026-01-01 - US-001: bob__game\r\n"
     assert "repo: bob/game\n" in (out / "bob__game" / "SOURCE.txt").read_text()
     err = capsys.readouterr()
-    assert "cy__gone: not fetched" in err.err and "2 histories" in err.out
+    assert "cy__gone: not fetched" in err.err and "dee__page: not fetched" in err.err
+    assert "2 histories in" in err.out and "2 not fetched" in err.out
     only = tmp_path / "only"
     assert external.main(["--out", str(only), "--base", server, "--set", "cv"]) == 0
     assert [p.name for p in only.iterdir()] == ["ann__shop"]
@@ -68,8 +75,11 @@ def test_histories_are_fetched_byte_exact_and_a_missing_one_is_reported(
 def test_the_manifest_pins_every_history_to_a_commit() -> None:
     rows = external.rows(None)
     assert {r["set"] for r in rows} == {"cv", "validation"}
-    assert all(len(r["commit"]) == 40 for r in rows)
-    assert len({r["repo"].split("/")[0].lower() for r in rows}) == len(rows)  # one per owner
-    corpus = Path(__file__).resolve().parent.parent.parent / "shared" / "corpus"
-    if corpus.is_dir():  # none of them is in the shared corpus
-        assert not {r["folder"] for r in rows} & {p.name for p in corpus.iterdir()}
+    assert all(re.fullmatch(r"[0-9a-f]{40}", r["commit"]) for r in rows)
+    owners = [r["repo"].split("/")[0].lower() for r in rows]
+    assert len(set(owners)) == len(rows)  # one per owner
+    corpus = corpus_bench.corpus_root()
+    if not corpus.is_dir():
+        pytest.skip(f"no shared corpus at {corpus} to compare with")
+    shared = {p.name.split("__")[0].lower() for p in corpus.iterdir()}
+    assert not set(owners) & shared  # no owner of the shared corpus
