@@ -141,6 +141,14 @@ def test_where_a_word_stands_weighs_it() -> None:
     assert g.noun_weight("decorative") > 0.5
 
 
+def _salient(lines: list[str]) -> tuple[list[Item], naming.Vocabulary, list[str]]:
+    """One learning per line, each from its own story: the items, their vocabulary and its
+    salient terms."""
+    items = [Item([f"- {ln}"], f"US-{n}", [], n, tokens=20) for n, ln in enumerate(lines, 1)]
+    vocab = naming.Vocabulary(items)
+    return items, vocab, vocab.salient(items)
+
+
 def test_a_code_span_word_that_reads_as_an_adjective_names_nothing() -> None:
     # `stale` is a status value in backticks: a word of code, but said of things.
     lines = [
@@ -148,9 +156,7 @@ def test_a_code_span_word_that_reads_as_an_adjective_names_nothing() -> None:
         "The monitor turns `stale` after the heartbeat interval",
         "A monitor row is stale once its heartbeat is missed",
     ]
-    items = [Item([f"- {ln}"], f"US-{n}", [], n, tokens=20) for n, ln in enumerate(lines, 1)]
-    vocab = naming.Vocabulary(items)
-    terms = vocab.salient(items)
+    _, vocab, terms = _salient(lines)
     assert terms[0].lower() in {"monitor", "heartbeat"}, terms
     assert vocab.kinds(terms)["stale"] == naming.VERB_OR_ADJECTIVE
     name = naming.candidates("", terms, vocab.kinds(terms))[0]
@@ -165,9 +171,7 @@ def test_two_words_written_as_one_phrase_name_it_as_written() -> None:
         "The schema validation error names the field",
         "Schema validation is cached per export",
     ]
-    items = [Item([f"- {ln}"], f"US-{n}", [], n, tokens=20) for n, ln in enumerate(lines, 1)]
-    vocab = naming.Vocabulary(items)
-    terms = vocab.salient(items)
+    items, vocab, terms = _salient(lines)
     phrases = vocab.phrases(items, terms)
     assert ("schema", "validation") in phrases, (terms, phrases)
     assert ("validation", "schema") not in phrases
