@@ -181,3 +181,12 @@ def test_two_words_written_as_one_phrase_name_it_as_written() -> None:
     # Once is not a phrase: the words stay apart.
     once = items[:1] + [Item(["- Validation of the schema"], "US-9", [], 9, tokens=20)]
     assert naming.Vocabulary(once).phrases(once, ["schema", "validation"]) == {}
+
+
+def test_a_pasted_giant_word_never_names_a_topic() -> None:
+    # A minified line or a hash pasted as a learning: as a name it made one index row
+    # 20,000 characters wide.
+    giant = "x" * 20_000
+    log = _log([("US-001", [giant]), ("US-002", [f"Session tokens expire {giant}"])])
+    names = _names_of(log)
+    assert names and all(len(name) < 100 for name in names), [n[:80] for n in names]

@@ -160,6 +160,11 @@ def _cased(word: str) -> str:
     return _ACRONYMS.get(word, word)
 
 
+# A "word" longer than this is data (a hash, a minified or pasted line), not what a
+# topic is named by: as a name it would make one index row as long as itself.
+LONGEST_WORD = 40
+
+
 class Vocabulary:
     """Word bags of all learnings and their document frequencies: what makes a word
     salient. Story-id prefixes ("prop" of PROP-002) and filler never name a topic."""
@@ -308,7 +313,7 @@ class Vocabulary:
         for least in (min(2, size), 1):  # words of one learning only when need be
             ranked = []
             for w, c in counts.items():
-                if w in avoid or w.isdigit() or c < least:
+                if w in avoid or w.isdigit() or c < least or len(w) > LONGEST_WORD:
                     continue
                 score = (c / size) * math.log(1 + self.n / self.df[w]) * self._thing(w)
                 if rest is not None and rest[0][w]:
