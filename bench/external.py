@@ -9,9 +9,9 @@ bench/external.tsv names real Ralph histories from public repositories that are 
 defaults) or validation (30, never used for any choice; measured once, at the end). Each row
 pins a commit, so the files fetched are the ones measured. The texts are other people's and
 are not kept in this repository: this fetches them from GitHub (`--base` for a mirror).
-Every file is checked to be JSON (prd.json) or UTF-8 text that starts like a log before it
-is written; a
-history whose files cannot be fetched is reported and skipped, the others are kept.
+Before anything is written, prd.json must parse and progress.txt must be UTF-8 text, not
+empty and not an HTML page; a history whose files cannot be fetched is reported and skipped,
+the others are kept.
 """
 
 from __future__ import annotations
@@ -47,8 +47,9 @@ def fetch_one(row: dict[str, str], out: Path, base: str, timeout: float) -> None
     progress = _get(f"{raw}/{urllib.parse.quote(row['path'])}", timeout)
     prd = _get(f"{raw}/{urllib.parse.quote(row['prd_path'])}", timeout)
     json.loads(prd)  # a prd.json that does not parse is not the file measured
-    if not progress.decode("utf-8").lstrip().startswith(("#", "[", "-", "*")):
-        raise ValueError("progress.txt is empty or is not a log (an error page?)")
+    text = progress.decode("utf-8").lstrip()
+    if not text or text.startswith("<"):  # a log never starts with a tag; an error page does
+        raise ValueError("progress.txt is empty or an HTML page, not a log")
     folder = out / row["folder"]
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "progress.txt").write_bytes(progress)
