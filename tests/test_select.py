@@ -201,9 +201,35 @@ def test_render_shows_partial_references_and_headings() -> None:
     s = sel.select("SQLite enum CHECK constraint", SOURCES, budget=None)
     text = sel.render(s, SOURCES)
     assert text.startswith("## References for this story")
-    assert "### DB schema (`ralph/references/db-schema.md`, 1 of 3 items)" in text
-    assert "#### Gotchas" in text and "#### Migrations" not in text
+    # The path is the index row's; the heading says only what the index does not.
+    assert "### DB schema (1 of 3 items)\n#### Gotchas\n[US-006]\n- SQLite has no enum" in text
+    assert "db-schema.md" not in text and "#### Migrations" not in text
     assert sel.render(sel.Selection([]), SOURCES) == ""
+
+
+def test_render_shows_a_story_tag_once_per_run_of_its_items() -> None:
+    src = sel.Source(
+        "UI",
+        "ralph/references/ui.md",
+        "- [US-010] Logout sits in the header menu\n"
+        "- [US-010] Menus close on Escape\n  - nested under it\n"
+        "- [x] A task box keeps its box\n"
+        "- [gotcha] A word tag keeps its tag\n"
+        "- [US-010] Toasts stack bottom-right\n"
+        "1. [US-011, US-012] Numbered items lose the tag too\n"
+        "- [US-012]\n  - a tag alone on its line stays\n",
+    )
+    everything = sel.Selection(
+        [sel.Chunk(0, i, h, b) for i, (h, b) in enumerate(sel.split_items(src.text))]
+    )
+    assert sel.render(everything, [src]) == (
+        "## References for this story\n\n### UI\n"
+        "[US-010]\n- Logout sits in the header menu\n- Menus close on Escape\n  - nested under it\n"
+        "- [x] A task box keeps its box\n- [gotcha] A word tag keeps its tag\n"
+        "[US-010]\n- Toasts stack bottom-right\n"
+        "[US-011, US-012]\n1. Numbered items lose the tag too\n"
+        "- [US-012]\n  - a tag alone on its line stays"
+    )
 
 
 def test_learnings_of_one_story_rank_together_across_topics() -> None:

@@ -494,7 +494,12 @@ def _trim(chunk: Chunk, limit: int, encoding: str) -> Chunk | None:
 
 
 def render(selection: Selection, sources: Sequence[Source]) -> str:
-    """Taken items under their reference and section headings, in index and file order."""
+    """Taken items under their reference and section headings, in index and file order.
+
+    What the index already says is not repeated: a reference's heading is its topic (its path
+    is in the index row of that topic), and a run of items from one story shows the story's
+    tag once, on a line of its own, instead of on every bullet. Both cost tokens in every
+    prompt and tell the agent nothing new: a seventh of the block on real histories."""
     if not selection.chunks:
         return ""
     by_ref: dict[int, list[Chunk]] = {}
@@ -504,14 +509,29 @@ def render(selection: Selection, sources: Sequence[Source]) -> str:
     for ref, chunks in by_ref.items():
         src = sources[ref]
         total = len(split_items(src.text))  # only the references shown are split here
-        shown = "" if len(chunks) == total else f", {len(chunks)} of {total} items"
-        lines = [f"### {src.topic} (`{src.path}`{shown})"]
-        heading = ""
+        shown = "" if len(chunks) == total else f" ({len(chunks)} of {total} items)"
+        lines = [f"### {src.topic}{shown}"]
+        heading = story = ""
         for c in chunks:
             if c.heading and c.heading != heading:
                 # Nested under the reference's own "###" line: shown one level deeper.
                 lines.append("#### " + c.heading.lstrip().lstrip("#").strip())
-                heading = c.heading
-            lines.append(close_fences(c.text.rstrip("\n")))
+                heading, story = c.heading, ""
+            tag, text = _story_tag(c.text)
+            if tag and tag != story:
+                lines.append(tag)
+            story = tag
+            lines.append(close_fences(text.rstrip("\n")))
         out.append("\n".join(lines))
     return "\n\n".join(out)
+
+
+# A bullet or numbered item opening with a story's tag (`- [US-003] ...`): digits or a hyphen
+# inside, so a task box (`- [x]`) or a word (`[gotcha]`) stays on its item.
+_LEAD_TAG = re.compile(r"^([ \t]*(?:[-*+]|\d+[.)])[ \t]+)(\[[^\]\n]*[\d-][^\]\n]*\])[ \t]+(?=\S)")
+
+
+def _story_tag(text: str) -> tuple[str, str]:
+    """(the story tag an item opens with, the item without it), or ("", the item)."""
+    m = _LEAD_TAG.match(text)
+    return (m.group(2), m.group(1) + text[m.end() :]) if m else ("", text)
