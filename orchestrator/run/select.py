@@ -438,14 +438,14 @@ def take(
         r = int(sc.refs[i])
         pos = i - int(offsets[r])
         c = Chunk(r, pos, *sc.index[r].items[pos])
-        n = item_tokens(c.text, encoding)
+        n = tok.count(c.text, encoding)
         room = left if ref_cap is None else min(left, ref_cap - per_ref.get(r, 0))
         if n > room:
             cut = _trim(c, room, encoding) if room >= _MIN_TRIM else None
             events.append((r, "over budget" if room == left else "over references.max_tokens"))
             if cut is None:
                 continue
-            c, n = cut, item_tokens(cut.text, encoding)
+            c, n = cut, tok.count(cut.text, encoding)
         left -= n
         per_ref[r] = per_ref.get(r, 0) + n
         events.append((r, n))
@@ -529,12 +529,6 @@ def render(selection: Selection, sources: Sequence[Source]) -> str:
 # A bullet or numbered item opening with a story's tag (`- [US-003] ...`): digits or a hyphen
 # inside, so a task box (`- [x]`) or a word (`[gotcha]`) stays on its item.
 _LEAD_TAG = re.compile(r"^([ \t]*(?:[-*+]|\d+[.)])[ \t]+)(\[[^\]\n]*[\d-][^\]\n]*\])[ \t]+(?=\S)")
-
-
-def item_tokens(text: str, encoding: str) -> int:
-    """An item's tokens as `render` shows it: without its story tag, which a run of the
-    story's items shows once."""
-    return tok.count(_story_tag(text)[1], encoding)
 
 
 def _story_tag(text: str) -> tuple[str, str]:
