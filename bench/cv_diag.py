@@ -120,7 +120,7 @@ def main() -> int:
     ap.add_argument("--files", type=float, default=sel.DEFAULT_FILES)
     ap.add_argument("--recency", type=float, default=sel.DEFAULT_RECENCY)
     ap.add_argument("--feedback", type=int, default=sel.DEFAULT_FEEDBACK)
-    ap.add_argument("--share", type=float, default=0.15)
+    ap.add_argument("--share", type=float, default=pr.REFERENCES_SHARE)
     ap.add_argument("--reload", action="store_true")
     ap.add_argument("-v", action="store_true")
     args = ap.parse_args()
