@@ -183,6 +183,22 @@ def test_two_words_written_as_one_phrase_name_it_as_written() -> None:
     assert naming.Vocabulary(once).phrases(once, ["schema", "validation"]) == {}
 
 
+def test_a_commit_hash_never_names_a_topic() -> None:
+    # Real logs cite the commits that already did a story; one history's topic was
+    # "Aa0c86f & bc550" (the second word the tail of "49bc550").
+    log = _log(
+        [
+            ("US-001", ["Already committed (aa0c86f): marked passes true in the PRD"]),
+            ("US-002", ["Already implemented in US-001 (commit 49bc550), checked again"]),
+            ("US-003", ["Already committed (aa0c86f) and verified against commit 49bc550"]),
+        ]
+    )
+    names = _names_of(log)
+    assert names and not any(re.search(r"(?i)aa0c86f|bc550", n) for n in names), names
+    assert all(naming.is_data(w) for w in ("aa0c86f", "bc550", "12345", "x" * 41))
+    assert not any(naming.is_data(w) for w in ("deadline", "e2e", "sha256", "facade", "oauth2"))
+
+
 def test_a_pasted_giant_word_never_names_a_topic() -> None:
     # A minified line or a hash pasted as a learning: as a name it made one index row
     # 20,000 characters wide.

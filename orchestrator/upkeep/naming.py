@@ -163,6 +163,14 @@ def _cased(word: str) -> str:
 # A "word" longer than this is data (a hash, a minified or pasted line), not what a
 # topic is named by: as a name it would make one index row as long as itself.
 LONGEST_WORD = 40
+# A commit hash or its tail ("aa0c86f", "bc550" of "49bc550"): hex digits with a digit among
+# them. Logs cite commits ("Already committed (aa0c86f)"); such a word names no topic.
+_HEX_ID = re.compile(r"(?=[a-f]*\d)[0-9a-f]{5,}")
+
+
+def is_data(word: str) -> bool:
+    """A number, a hash or a pasted run of characters: never a word a topic is named by."""
+    return word.isdigit() or len(word) > LONGEST_WORD or bool(_HEX_ID.fullmatch(word))
 
 
 class Vocabulary:
@@ -313,7 +321,7 @@ class Vocabulary:
         for least in (min(2, size), 1):  # words of one learning only when need be
             ranked = []
             for w, c in counts.items():
-                if w in avoid or w.isdigit() or c < least or len(w) > LONGEST_WORD:
+                if w in avoid or c < least or is_data(w):
                     continue
                 score = (c / size) * math.log(1 + self.n / self.df[w]) * self._thing(w)
                 if rest is not None and rest[0][w]:
