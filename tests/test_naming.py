@@ -195,8 +195,10 @@ def test_a_commit_hash_never_names_a_topic() -> None:
     )
     names = _names_of(log)
     assert names and not any(re.search(r"(?i)aa0c86f|bc550", n) for n in names), names
-    assert all(naming.is_data(w) for w in ("aa0c86f", "bc550", "12345", "x" * 41))
-    assert not any(naming.is_data(w) for w in ("deadline", "e2e", "sha256", "facade", "oauth2"))
+    assert all(naming.is_data(w) for w in ("aa0c86f", "c0ffee1", "12345", "x" * 41))
+    names_too = ("deadline", "e2e", "sha256", "facade", "oauth2", "ed25519", "e1000", "bc550")
+    assert not any(naming.is_data(w) for w in names_too)
+    assert naming.words("commit 49bc550 and 1a2b3c4d") == {"commit"}
 
 
 def test_a_pasted_giant_word_never_names_a_topic() -> None:

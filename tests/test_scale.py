@@ -192,6 +192,11 @@ def test_compact_groups_topics_under_areas_past_max_topics(tmp_path: Path) -> No
     project = locate(root)
     out = prompt.assemble(project, Prd.load(project.prd_path).next_story(), Memory.load(project))
     assert out.selected and any("/" in p for p in out.selected)
+    # An area's topic has no row in the index the prompt shows: its heading names its path.
+    index, block = out.text.split("## References for this story", 1)
+    assert any(p not in index for p in out.selected), out.selected
+    for path in out.selected:
+        assert path in index or f"`{path}`" in block, path
 
 
 def test_migrate_names_story_ids_per_token() -> None:

@@ -207,29 +207,53 @@ def test_render_shows_partial_references_and_headings() -> None:
     assert sel.render(sel.Selection([]), SOURCES) == ""
 
 
+def _all_of(src: sel.Source) -> sel.Selection:
+    items = sel.split_items(src.text)
+    return sel.Selection([sel.Chunk(0, i, h, b) for i, (h, b) in enumerate(items)])
+
+
 def test_render_shows_a_story_tag_once_per_run_of_its_items() -> None:
     src = sel.Source(
         "UI",
         "ralph/references/ui.md",
         "- [US-010] Logout sits in the header menu\n"
         "- [US-010] Menus close on Escape\n  - nested under it\n"
-        "- [x] A task box keeps its box\n"
-        "- [gotcha] A word tag keeps its tag\n"
-        "- [US-010] Toasts stack bottom-right\n"
-        "1. [US-011, US-012] Numbered items lose the tag too\n"
-        "- [US-012]\n  - a tag alone on its line stays\n",
+        "- [US-011, US-012] Toasts stack bottom-right\n"
+        "- [2026-01-05] A story without an id is tagged by its date\n"
+        "1. [US-012] Numbered items lose the tag too\n"
+        "\n## Later\n- [US-012] A new section shows its tag again\n",
     )
-    everything = sel.Selection(
-        [sel.Chunk(0, i, h, b) for i, (h, b) in enumerate(sel.split_items(src.text))]
-    )
-    assert sel.render(everything, [src]) == (
+    assert sel.render(_all_of(src), [src]) == (
         "## References for this story\n\n### UI\n"
         "[US-010]\n- Logout sits in the header menu\n- Menus close on Escape\n  - nested under it\n"
-        "- [x] A task box keeps its box\n- [gotcha] A word tag keeps its tag\n"
-        "[US-010]\n- Toasts stack bottom-right\n"
-        "[US-011, US-012]\n1. Numbered items lose the tag too\n"
-        "- [US-012]\n  - a tag alone on its line stays"
+        "[US-011, US-012]\n- Toasts stack bottom-right\n"
+        "[2026-01-05]\n- A story without an id is tagged by its date\n"
+        "[US-012]\n1. Numbered items lose the tag too\n"
+        "#### Later\n[US-012]\n- A new section shows its tag again"
     )
+
+
+def test_render_keeps_tags_on_their_items_where_a_section_mixes_in_untagged_ones() -> None:
+    # Lifted out, "[US-1]" would head the untagged note and the task boxes below it.
+    src = sel.Source(
+        "UI",
+        "ralph/references/ui.md",
+        "- [US-1] Logout sits in the header menu\n- An untagged note\n- [x] A task box\n"
+        "- [-] A cancelled box\n- [gotcha] A word tag\n- [US-2]\n  - a tag alone stays\n",
+    )
+    assert sel.render(_all_of(src), [src]) == "## References for this story\n\n### UI\n" + (
+        src.text.rstrip("\n")
+    )
+
+
+def test_render_names_the_path_of_a_reference_the_shown_index_does_not_list() -> None:
+    # An area's topic (its row is in the area's file) or a row a long index leaves out: the
+    # heading is then the agent's only way to the rest of the reference.
+    s = sel.select("SQLite enum CHECK constraint", SOURCES, budget=None)
+    listed = {AUTH.path, RELEASE.path}
+    text = sel.render(s, SOURCES, listed)
+    assert "### DB schema (`ralph/references/db-schema.md`, 1 of 3 items)" in text
+    assert "### DB schema (1 of 3 items)" in sel.render(s, SOURCES, {DB.path})
 
 
 def test_learnings_of_one_story_rank_together_across_topics() -> None:

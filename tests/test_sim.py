@@ -243,6 +243,30 @@ def test_indexed_mode_does_not_reopen_references_inlined_in_the_prompt(repo: Pat
     assert result.usage.input_tokens == tokens.count(prompt) + tokens.count(prd_text)
 
 
+def test_indexed_mode_knows_tagged_bullets_the_block_shows_under_one_tag(repo: Path) -> None:
+    """A migrated reference tags every bullet (`- [US-001] ...`); the prompt's block shows a
+    run of them under one `[US-001]` line: the sim still sees them as given."""
+    from orchestrator.run import select as sel
+
+    run_sim(repo, "Story: US-001\nMode: indexed\n")
+    ref = repo / "ralph" / "references" / "project-layout-and-tooling.md"
+    tagged = "".join(
+        ln.replace("- ", "- [US-001] ", 1) if ln.startswith("- ") else ln
+        for ln in ref.read_text().splitlines(keepends=True)
+    )
+    ref.write_text(tagged)
+    src = sel.Source("Project layout and tooling", "ralph/references/" + ref.name, tagged)
+    shown = sel.Selection(
+        [sel.Chunk(0, i, h, b) for i, (h, b) in enumerate(sel.split_items(tagged)) if b.strip()]
+    )
+    block = sel.render(shown, [src], {src.path})
+    assert "\n[US-001]\n- " in block and "- [US-001]" not in block
+    prompt = f"Story: US-002\n\n## Memory\n{progress(repo).index_text}\n{block}\n"
+    outcome, result = run_sim(repo, prompt)
+    assert not result.is_error, result.error
+    assert str(ref) not in read_paths(outcome.output)
+
+
 def test_ralph_classic_prompt_picks_next_story_and_reads_whole_log(repo: Path) -> None:
     prompt = (
         "Read the PRD at scripts/ralph/prd.json and the progress log. Pick the highest "

@@ -247,3 +247,18 @@ def _is_header_line(cells: list[str], n: int, lines: list[str]) -> bool:
         return True
     nxt = split_row(lines[n + 1]) if n + 1 < len(lines) else None
     return bool(nxt and is_separator(nxt))
+
+
+# A list item opening with a story's tag (`- [US-003] ...`, `1. [2026-01-05] ...`): at most 80
+# characters, a letter or digit, and a digit or hyphen among them, so a task box (`- [x]`,
+# `- [-]`) or a word (`[gotcha]`) is no tag.
+_LEAD_TAG = re.compile(
+    r"^([ \t]*(?:[-*+]|\d+[.)])[ \t]+)"
+    r"(\[(?=[^\]\n]*[A-Za-z0-9])(?=[^\]\n]*[\d-])[^\]\n]{1,80}\])[ \t]+(?=\S)"
+)
+
+
+def split_story_tag(text: str) -> tuple[str, str]:
+    """(the story tag a list item opens with, the item without it), or ("", the item)."""
+    m = _LEAD_TAG.match(text)
+    return (m.group(2), m.group(1) + text[m.end() :]) if m else ("", text)

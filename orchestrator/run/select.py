@@ -27,15 +27,16 @@ cross-validation by history picks (bench/cv.py, bench/README.md).
 from __future__ import annotations
 
 import functools
+import itertools
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from orchestrator import tokens as tok
-from orchestrator.memory.markdown import close_fences
+from orchestrator.memory.markdown import close_fences, split_story_tag
 from orchestrator.run import considered, rank, refcache, semantic, where
 
 # Items scoring below this share of the best item's score are not taken even when the budget
@@ -493,13 +494,18 @@ def _trim(chunk: Chunk, limit: int, encoding: str) -> Chunk | None:
     return Chunk(chunk.ref, chunk.pos, chunk.heading, "".join(lines[:lo]))
 
 
-def render(selection: Selection, sources: Sequence[Source]) -> str:
+def render(
+    selection: Selection, sources: Sequence[Source], listed: Container[str] | None = None
+) -> str:
     """Taken items under their reference and section headings, in index and file order.
 
-    What the index already says is not repeated: a reference's heading is its topic (its path
-    is in the index row of that topic), and a run of items from one story shows the story's
-    tag once, on a line of its own, instead of on every bullet. Both cost tokens in every
-    prompt and tell the agent nothing new: a seventh of the block on real histories."""
+    What the prompt already says is not repeated. A reference whose path the shown index
+    names (`listed`; None: all of them) is headed by its topic alone; another (a topic inside
+    an area, a row left out of a long index) keeps its path, the agent's way to the rest. In
+    a section whose items all carry a story tag (`- [US-015] ...`), a run of one story's
+    items shows the tag once, on a line of its own: a seventh of the block on real histories.
+    A section mixing tagged and untagged items keeps every tag on its item, so no item reads
+    as another story's."""
     if not selection.chunks:
         return ""
     by_ref: dict[int, list[Chunk]] = {}
@@ -509,29 +515,29 @@ def render(selection: Selection, sources: Sequence[Source]) -> str:
     for ref, chunks in by_ref.items():
         src = sources[ref]
         total = len(split_items(src.text))  # only the references shown are split here
-        shown = "" if len(chunks) == total else f" ({len(chunks)} of {total} items)"
-        lines = [f"### {src.topic}{shown}"]
-        heading = story = ""
-        for c in chunks:
-            if c.heading and c.heading != heading:
+        notes = [] if listed is None or src.path in listed else [f"`{src.path}`"]
+        if len(chunks) != total:
+            notes.append(f"{len(chunks)} of {total} items")
+        lines = [f"### {src.topic}" + (f" ({', '.join(notes)})" if notes else "")]
+        for heading, run in itertools.groupby(chunks, key=lambda c: c.heading):
+            if heading:
                 # Nested under the reference's own "###" line: shown one level deeper.
-                lines.append("#### " + c.heading.lstrip().lstrip("#").strip())
-                heading, story = c.heading, ""
-            tag, text = _story_tag(c.text)
-            if tag and tag != story:
-                lines.append(tag)
-            story = tag
-            lines.append(close_fences(text.rstrip("\n")))
+                lines.append("#### " + heading.lstrip().lstrip("#").strip())
+            lines += _items(list(run))
         out.append("\n".join(lines))
     return "\n\n".join(out)
 
 
-# A bullet or numbered item opening with a story's tag (`- [US-003] ...`): digits or a hyphen
-# inside, so a task box (`- [x]`) or a word (`[gotcha]`) stays on its item.
-_LEAD_TAG = re.compile(r"^([ \t]*(?:[-*+]|\d+[.)])[ \t]+)(\[[^\]\n]*[\d-][^\]\n]*\])[ \t]+(?=\S)")
-
-
-def _story_tag(text: str) -> tuple[str, str]:
-    """(the story tag an item opens with, the item without it), or ("", the item)."""
-    m = _LEAD_TAG.match(text)
-    return (m.group(2), m.group(1) + text[m.end() :]) if m else ("", text)
+def _items(chunks: list[Chunk]) -> list[str]:
+    """One section's items; their story tags lifted out when every item has one."""
+    split = [split_story_tag(c.text) for c in chunks]
+    if not all(tag for tag, _ in split):
+        return [close_fences(c.text.rstrip("\n")) for c in chunks]
+    lines: list[str] = []
+    story = ""
+    for tag, text in split:
+        if tag != story:
+            lines.append(tag)
+            story = tag
+        lines.append(close_fences(text.rstrip("\n")))
+    return lines

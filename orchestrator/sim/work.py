@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from orchestrator import fsutil, git
+from orchestrator.memory.markdown import split_story_tag
 from orchestrator.memory.prd import Prd, Story
 from orchestrator.memory.progress import Progress
 from orchestrator.memory.references import slugify
@@ -137,7 +138,12 @@ class Work:
             return True
         if path is None or self.ws.rel(path) not in self.prompt:
             return False
-        bullets = [_normal(ln) for ln in text.splitlines() if ln.lstrip().startswith("- ")]
+        # The prompt shows a run of one story's bullets under its tag, once (select.render).
+        bullets = [
+            _normal(split_story_tag(ln)[1])
+            for ln in text.splitlines()
+            if ln.lstrip().startswith("- ")
+        ]
         return any(b in prompt for b in bullets)
 
     def read_context(self, rng: random.Random | None = None) -> None:

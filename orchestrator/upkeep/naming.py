@@ -109,7 +109,8 @@ _FILLER = frozenset(
     ]
 )
 GENERIC_DIRS = frozenset({"src", "lib", "app", "source", "internal", "pkg", "main", "java"})
-WORD_RE = re.compile(r"[a-z][a-z0-9]{3,}")
+# Whole words only: "49bc550" (a commit) holds no word "bc550".
+WORD_RE = re.compile(r"(?<![a-z0-9])[a-z][a-z0-9]{3,}")
 _CODE = re.compile(r"`([^`\n]+)`")
 _WORD_CASED = re.compile(r"(?<![A-Za-z0-9])[A-Za-z][A-Za-z0-9]{3,}")
 _ACRONYMS = {
@@ -163,14 +164,18 @@ def _cased(word: str) -> str:
 # A "word" longer than this is data (a hash, a minified or pasted line), not what a
 # topic is named by: as a name it would make one index row as long as itself.
 LONGEST_WORD = 40
-# A commit hash or its tail ("aa0c86f", "bc550" of "49bc550"): hex digits with a digit among
-# them. Logs cite commits ("Already committed (aa0c86f)"); such a word names no topic.
+# A commit hash ("aa0c86f"): hex digits, letters and digits mixed. Logs cite commits
+# ("Already committed (aa0c86f)"); such a word names no topic. A few letters then digits
+# is a name ("ed25519", "e1000").
 _HEX_ID = re.compile(r"(?=[a-f]*\d)[0-9a-f]{5,}")
+_LETTERS_THEN_DIGITS = re.compile(r"[a-f]{1,3}\d+")
 
 
 def is_data(word: str) -> bool:
     """A number, a hash or a pasted run of characters: never a word a topic is named by."""
-    return word.isdigit() or len(word) > LONGEST_WORD or bool(_HEX_ID.fullmatch(word))
+    if word.isdigit() or len(word) > LONGEST_WORD:
+        return True
+    return bool(_HEX_ID.fullmatch(word)) and not _LETTERS_THEN_DIGITS.fullmatch(word)
 
 
 class Vocabulary:
