@@ -160,7 +160,7 @@ def sweep(
         s = sel.take(
             scored, sources, cutoff=cut, budget=room(c, share), ref_cap=c.inp.ref_cap, floor=floor
         )
-        block = sel.render(s, sources, pr.listed_in(c.inp.index_text, sources))
+        block = sel.render(s, sources, sel.listed_in(c.inp.index_text, sources))
         mem = c.idx_base - c.idx_empty + (tok.count(block) + 1 if block else 0)
         out.append(figures(c, mem, _found(c, block)))
     return out

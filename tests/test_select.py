@@ -523,3 +523,13 @@ def test_the_reasons_per_reference_are_made_only_when_asked_for(monkeypatch: Any
     taken = [r["path"] for r in s.considered if r["taken"]]
     assert made == [1] and taken == [SOURCES[r].path for r in s.ranked]
     assert s.considered is s.considered and made == [1]
+
+
+def test_listed_in_reads_the_paths_an_index_names_however_its_cells_are_written() -> None:
+    index = (
+        "## Progress Index\n| Topic | Reference Path |\n|---|---|\n"
+        "| Auth | ralph/references/auth-flow.md |\n| DB | `./ralph/references/db-schema.md` |\n"
+        "|Web|ralph/references/web.md|\n"
+    )
+    nested = sel.Source("Sessions", "ralph/references/web/sessions.md", "- x\n")
+    assert sel.listed_in(index, [*SOURCES, nested]) == {AUTH.path, DB.path}

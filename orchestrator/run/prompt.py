@@ -315,12 +315,6 @@ def _index_rows(inp: Inputs, chosen: Sequence[Any]) -> str:
     )
 
 
-def listed_in(index: str, sources: Sequence[Any]) -> set[str]:
-    """The references whose path the index shown in the prompt names: their headings in the
-    references block need no path (an area's topics, or rows a long index leaves out, do)."""
-    return {s.path for s in sources if s.path and s.path in index}
-
-
 def _fixed_part(inp: Inputs) -> tuple[dict[str, str], int, bool]:
     """(template values without references, tokens of that prompt counted against the
     budget, whether the whole index is inlined). Raises when it alone is over budget."""
@@ -421,7 +415,7 @@ def build_indexed(inp: Inputs, *, with_counterfactual: bool = True) -> Assembled
         vals = dict(base_vals)
         if not whole:
             vals["index"] = _index_rows(inp, _by_relevance(selection, sources))
-        vals["references"] = sel.render(selection, sources, listed_in(vals["index"], sources))
+        vals["references"] = sel.render(selection, sources, sel.listed_in(vals["index"], sources))
         text = render_template(inp.indexed_template, vals)
         n = tok.count(text, enc)
         # Headings added around the chunks cost a few tokens the selector did not see.
