@@ -516,7 +516,7 @@ def render(
     names (`listed`; None: all of them) is headed by its topic alone; another (a topic inside
     an area, a row left out of a long index) keeps its path, the agent's way to the rest. In
     a section whose items all carry a story tag (`- [US-015] ...`), a run of one story's
-    items shows the tag once, on a line of its own: a seventh of the block on real histories.
+    items shows the tag once, on a line of its own: an eighth of the block on real histories.
     A section mixing tagged and untagged items keeps every tag on its item, so no item reads
     as another story's."""
     if not selection.chunks:
