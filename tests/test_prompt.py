@@ -415,3 +415,21 @@ def test_two_rows_naming_one_file_put_its_learnings_in_once(tmp_path: Path) -> N
     rows = {r["topic"]: r for r in json.loads(js.stdout)["considered"]}
     assert rows["Logout session"]["reason"] == "same text as ralph/references/auth-flow.md"
     assert rows["Auth flow"]["taken"] is True
+
+
+def test_a_reference_written_in_the_prompts_compact_form_gives_the_same_prompt(
+    tmp_path: Path,
+) -> None:
+    """An agent that copies the block's form into the file (the story tag once, on its own
+    line, over its items) loses no story: `ralph prompt` shows the same block as for the
+    file with the tag on every bullet."""
+    root = make_project(tmp_path)
+    run = [sys.executable, "-m", "orchestrator", "prompt", "--story", "US-002"]
+    tagged = subprocess.run(run, cwd=root, capture_output=True, text=True)
+    assert tagged.returncode == 0, tagged.stderr
+    assert "[US-001]\n- Session cookie is named `sid`" in tagged.stdout
+    compact = AUTH.replace("- [US-001] ", "- ").replace("\n\n- ", "\n\n[US-001]\n- ", 1)
+    (root / "ralph" / "references" / "auth-flow.md").write_text(compact)
+    copied = subprocess.run(run, cwd=root, capture_output=True, text=True)
+    assert copied.returncode == 0, copied.stderr
+    assert copied.stdout == tagged.stdout

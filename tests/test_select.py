@@ -246,6 +246,47 @@ def test_render_keeps_tags_on_their_items_where_a_section_mixes_in_untagged_ones
     )
 
 
+def test_the_compact_form_copied_into_a_file_reads_as_the_file_it_was_shown_from() -> None:
+    # An agent that writes the block's form back (a tag line over its story's items) keeps
+    # each item's story: for ranking (its group) and for the next prompt (its tag).
+    src = sel.Source(
+        "UI",
+        "ralph/references/ui.md",
+        "- [US-010] Logout sits in the header menu\n"
+        "- [US-010] Menus close on Escape\n  - nested under it\n"
+        "- [US-011, US-012] Toasts stack bottom-right\n"
+        "1. [US-012] Numbered items\n",
+    )
+    shown = sel.render(_all_of(src), [src]).split("### UI\n", 1)[1]
+    copied = sel.Source("UI", src.path, "# UI\n\n" + shown)
+    assert "[US-011, US-012]\n- Toasts" in copied.text
+    assert [b.rstrip() for _, b in sel.split_items(copied.text)] == [
+        b.rstrip() for _, b in sel.split_items(src.text)
+    ]
+    assert sel.render(_all_of(copied), [copied]) == sel.render(_all_of(src), [src])
+    keys = [rank.tag(b) for _, b in sel.split_items(copied.text)]
+    assert keys == ["[US-010]", "[US-010]", "[US-011, US-012]", "[US-012]"]
+
+
+def test_a_tag_line_tags_the_bullets_after_it_until_a_heading_or_a_paragraph() -> None:
+    items = sel.split_items(
+        "[US-1]\n- a\n- [US-9] keeps its own\n## Next\n- b\n"
+        "[US-2]\n- c\n[US-3]\nA paragraph.\n- d\n"
+    )
+    assert [b.strip() for _, b in items] == [
+        "- [US-1] a",
+        "- [US-9] keeps its own",
+        "- b",
+        "- [US-2] c",
+        "A paragraph.",
+        "- d",
+    ]
+    # A task box or a word alone on its line tags nothing.
+    boxes = sel.split_items("[x]\n- a\n[-]\n- b\n")
+    assert "".join(b for _, b in boxes) == "[x]\n- a\n[-]\n- b\n"
+    assert {rank.tag(b) for _, b in boxes} == {""}
+
+
 def test_render_names_the_path_of_a_reference_the_shown_index_does_not_list() -> None:
     # An area's topic (its row is in the area's file) or a row a long index leaves out: the
     # heading is then the agent's only way to the rest of the reference.
@@ -300,6 +341,7 @@ def test_a_tag_naming_no_story_does_not_pool_unrelated_items_into_one_group() ->
         ref("email", ["- [patterns] Email templates live in src/emails as MJML\n"]),
     ]
     assert rank.group_key("x.md", "[patterns]", "## H") == "#x.md:## H"
+    assert rank.group_key("x.md", "[-]", "## H") == "#x.md:## H"  # a cancelled task box
     assert rank.group_key("x.md", "[US-006]", "## H") == "[US-006]"
     assert rank.group_key("x.md", "[2026-05-07]", "") == "[2026-05-07]"
     for story in ("[entry 7]", "[CD-sux]", "[12]", "[API/006]", "[Sat Jan 10 13:30]"):

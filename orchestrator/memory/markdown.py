@@ -249,13 +249,42 @@ def _is_header_line(cells: list[str], n: int, lines: list[str]) -> bool:
     return bool(nxt and is_separator(nxt))
 
 
-# A list item opening with a story's tag (`- [US-003] ...`, `1. [2026-01-05] ...`): at most 80
-# characters, a letter or digit, and a digit or hyphen among them, so a task box (`- [x]`,
-# `- [-]`) or a word (`[gotcha]`) is no tag.
-_LEAD_TAG = re.compile(
-    r"^([ \t]*(?:[-*+]|\d+[.)])[ \t]+)"
-    r"(\[(?=[^\]\n]*[A-Za-z0-9])(?=[^\]\n]*[\d-])[^\]\n]{1,80}\])[ \t]+(?=\S)"
-)
+# A story's tag (`[US-003]`, `[2026-01-05]`, `[entry 7]`): at most 80 characters, a letter or
+# digit, and a digit or hyphen among them, so a task box (`[x]`, `[-]`) or a word (`[gotcha]`)
+# is no tag. The one definition: ranking groups items by it, the prompt lifts it out of them.
+STORY_TAG = r"\[(?=[^\]\n]*[A-Za-z0-9])(?=[^\]\n]*[\d-])[^\]\n]{1,80}\]"
+_MARKER = r"[ \t]*(?:[-*+]|\d+[.)])[ \t]+"
+# A list item opening with a story's tag (`- [US-003] ...`, `1. [2026-01-05] ...`), and one
+# whose tag is followed by text on its line (the prompt lifts only that one out).
+_ITEM_TAG = re.compile(rf"^({_MARKER})({STORY_TAG})")
+_LEAD_TAG = re.compile(rf"^({_MARKER})({STORY_TAG})[ \t]+(?=\S)")
+# A tag alone on its line: how the prompt shows a run of one story's items (select.render).
+_TAG_LINE = re.compile(rf"^[ \t]*({STORY_TAG})[ \t]*$")
+
+
+def is_story_tag(text: str) -> bool:
+    return re.fullmatch(STORY_TAG, text) is not None
+
+
+def item_tag(text: str) -> str:
+    """The story tag a list item opens with, or ""."""
+    m = _ITEM_TAG.match(text)
+    return m.group(2) if m else ""
+
+
+def tag_line(line: str) -> str:
+    """The story tag a line holds and nothing else, or "". An agent that copies the
+    prompt's compact form into a reference writes its items under such a line."""
+    m = _TAG_LINE.match(line.rstrip("\r\n"))
+    return m.group(1) if m else ""
+
+
+def with_tag(item: str, tag: str) -> str:
+    """A list item with `tag` put after its marker, unless it opens with a tag already."""
+    m = re.match(_MARKER, item)
+    if not tag or not m or item_tag(item):
+        return item
+    return item[: m.end()] + tag + " " + item[m.end() :]
 
 
 def split_story_tag(text: str) -> tuple[str, str]:

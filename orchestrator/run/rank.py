@@ -22,13 +22,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from orchestrator.memory.entries import FILES_BY_STORY
+from orchestrator.memory.markdown import is_story_tag, item_tag, tag_line, with_tag
 
 # BM25 parameters: bm25s's (and Lucene's) defaults.
 _K1, _B = 1.5, 0.75
 
-_TAG = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+\[([^\]\n]{1,80})\]")
-# A tag that names a story (an id, a date, migrate's "entry 7") has a digit or a hyphen.
-_STORY_TAG = re.compile(r"[\d-]")
 _HEADING = re.compile(r"^\s{0,3}#{1,6}\s+\S")
 _BULLET = re.compile(r"^(\s*)(?:[-*+]|\d+[.)])\s+")
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9]*|[0-9]+")
@@ -94,10 +92,12 @@ def split_items(text: str) -> tuple[tuple[str, str], ...]:
 
     An item is a top-level bullet with everything nested under it, or a paragraph. Heading
     lines are context, not items, and so is a "## Files by story" footer (where the learnings
-    apply, as migrate writes it: where.py reads it). Cached: the same text splits the same way.
+    apply, as migrate writes it: where.py reads it). A story tag alone on its line (the
+    prompt's compact form, copied into a file) tags the bullets after it, as if each carried
+    it. Cached: the same text splits the same way.
     """
     items: list[tuple[str, list[str]]] = []
-    heading = ""
+    heading = run_tag = ""
     current: list[str] | None = None
     base = None  # indent of the top-level bullets in the current block
     for line in text.splitlines(keepends=True):
@@ -105,6 +105,7 @@ def split_items(text: str) -> tuple[tuple[str, str], ...]:
             # A "# Title" line names the whole file: the prompt shows the topic instead.
             is_title = line.lstrip().startswith("# ")
             heading, current, base = ("" if is_title else line.rstrip("\r\n")), None, None
+            run_tag = ""
             continue
         if heading.strip() == FILES_BY_STORY:
             continue  # where the learnings apply (migrate's footer): read by where.py
@@ -114,16 +115,19 @@ def split_items(text: str) -> tuple[tuple[str, str], ...]:
             if current is not None and not _BULLET.match(current[0]):
                 current = None  # a blank line ends a paragraph (a bullet list may go on)
             continue
+        if tag_line(line):
+            run_tag, current, base = tag_line(line), None, None
+            continue
         b = _BULLET.match(line)
         indent = len(line) - len(line.lstrip())
         if b and (base is None or indent <= base or current is None):
             base = indent if base is None or current is None else min(base, indent)
-            current = [line]
+            current = [with_tag(line, run_tag)]
             items.append((heading, current))
         elif current is not None and (indent > (base or 0) or not b):
             current.append(line)  # nested bullet or wrapped line
         else:
-            current, base = [line], None
+            current, base, run_tag = [line], None, ""
             items.append((heading, current))
     return tuple((h, "".join(lines)) for h, lines in items)
 
@@ -291,16 +295,17 @@ def scaled(xs: np.ndarray) -> np.ndarray:
 
 def group_key(path: str, tag: str, heading: str) -> str:
     """The group an item is ranked with: the story its tag names (`[US-003]`, `[entry 7]`, a
-    date: anything with a digit or a hyphen), else its section. A word alone (`[patterns]`,
-    `[gotcha]`) names no story: as a group it would pool unrelated items of every reference,
-    whose pooled text matches any story."""
-    return tag if tag and _STORY_TAG.search(tag) else f"#{path}:{heading}"
+    date: markdown.STORY_TAG), else its section. A word alone (`[patterns]`, `[gotcha]`)
+    names no story: as a group it would pool unrelated items of every reference, whose
+    pooled text matches any story."""
+    return tag if is_story_tag(tag) else f"#{path}:{heading}"
 
 
 @functools.cache
 def tag(text: str) -> str:
-    m = _TAG.match(text)
-    return f"[{m.group(1).strip()}]" if m else ""
+    """The story tag an item opens with, its inner spaces trimmed (`[ US-1 ]` is `[US-1]`)."""
+    found = item_tag(text)
+    return f"[{found[1:-1].strip()}]" if found else ""
 
 
 @functools.cache

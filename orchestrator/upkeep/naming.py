@@ -39,7 +39,6 @@ _STOP_WORDS = (
     "else elif const self this func async await void "
 )
 STOP = frozenset(_STOP_WORDS.split())
-# Said of every learning in a log, so they name nothing ("seen while working on ...").
 # Said of any learning ("seen while working on ...", "the existing approach"), so they
 # name nothing.
 _FILLER = frozenset(
