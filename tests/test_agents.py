@@ -593,6 +593,23 @@ def test_limit_notice_as_the_whole_final_message_is_an_error():
     assert result.limit.reset_at.timestamp() == 1796083200
 
 
+@pytest.mark.parametrize(
+    "final",
+    [
+        'US-001 not finished: the checkout test fails on "Insufficient balance" '
+        '(the wallet shows "credit limit exceeded").',
+        "Done. The API now returns 429 when the daily limit is reached.",
+        "Implemented the quota page: it says Quota exceeded, retry in 30s.",
+    ],
+)
+def test_a_successful_runs_final_message_about_limits_is_no_limit(final: str) -> None:
+    # Words of the story (a wallet's limit, a quota page) are not the CLI's limit notice:
+    # read as one, the loop waited hours and dropped the call's spend.
+    text = jsonl({"type": "result", "subtype": "success", "is_error": False, "result": final})
+    result = get_agent("claude", None, check=False).parse(text, 0)
+    assert result.limit is None and not result.is_error
+
+
 def test_check_available_uses_the_agents_own_path(tmp_path, bin_dir):
     other = tmp_path / "elsewhere"
     install(other, "claude")

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -8,6 +9,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from orchestrator.agents import limits
 from orchestrator.agents.base import AgentResult
 from orchestrator.agents.limits import LimitSignal, detect, is_transient
 
@@ -227,3 +229,22 @@ def test_now_default_is_aware():
 )
 def test_is_transient(result, output, expected):
     assert is_transient(result, output) is expected
+
+
+def test_notice_reads_only_a_text_that_is_the_clis_limit_notice() -> None:
+    assert limits.notice("5-hour limit reached ∙ resets 9pm", now=NOW) is not None
+    assert limits.notice("Claude AI usage limit reached|1796083200") is not None
+    assert limits.notice("You've hit your usage limit. Upgrade to Pro.", now=NOW) is not None
+    assert limits.notice("The wallet shows credit limit exceeded; story not done.") is None
+    said = "Added the banner: 5-hour limit reached ∙ resets 9pm, shown when the API says so."
+    assert limits.notice(said * 2, now=NOW) is None
+
+
+def test_limit_text_is_read_in_linear_time_on_a_huge_line() -> None:
+    # The patterns opened with `[^\n]*` or `(?:[\w-]+ )*`: 20 kB took 45 s, 200 kB hours.
+    code = (
+        "from orchestrator.agents.limits import detect\n"
+        "for t in ['API Error: ' + 'x' * 200_000, 'a-' * 100_000, 'word ' * 40_000]:\n"
+        "    detect(t)\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

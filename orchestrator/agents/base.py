@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Union
 
-from orchestrator.agents.limits import LimitSignal, detect
+from orchestrator.agents.limits import LimitSignal, detect, notice
 from orchestrator.agents.reads import FileRead
 from orchestrator.errors import AgentNotFound, ConfigError, InputError
 
@@ -264,8 +264,8 @@ class Agent:
             return detect(self.limit_text(output, result), result=result)
         final = result.final_message or ""
         if 0 < len(final) <= SHORT_FINAL:
-            signal = detect(final)
-            if signal is not None and signal.kind == "usage":
+            signal = notice(final)
+            if signal is not None:
                 result.is_error = True
                 result.error = result.error or final
                 return signal

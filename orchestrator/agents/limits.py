@@ -72,7 +72,7 @@ _MONTHS = ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct",
 
 _CLAUDE_PIPE = re.compile(r"Claude AI usage limit reached\|(?P<epoch>\d{9,13})")
 _RESETS = re.compile(
-    r"(?P<head>(?:[\w-]+ )*limit reached|You" + _APOS + r"ve hit your (?:\w+ )?limit"
+    r"(?P<head>limit reached|You" + _APOS + r"ve hit your (?:\w+ )?limit"
     r"|You" + _APOS + r"re out of (?:extra )?usage)"
     r"[^\n]{0,60}?(?:resets|will reset)\s+(?:at\s+)?"
     r"(?:(?P<mon>[A-Za-z]{3})[a-z]*\.?\s+(?P<day>\d{1,2})(?:st|nd|rd|th)?,?\s+(?:at\s+)?)?"
@@ -92,16 +92,19 @@ _HTTP_429 = re.compile(
     r"|rate_limit_error|API Error: 429",
     re.IGNORECASE,
 )
+# The notices alone, without the rest of their line (the signal's `raw` is a snippet around
+# them): a pattern that opened with `[^\n]*` or `(?:[\w-]+ )*` was tried from every
+# character of a line and took seconds on a 20 kB one.
 _GEMINI = re.compile(
-    r"[^\n]*(?:RESOURCE_EXHAUSTED|Quota exceeded|exhausted your (?:daily )?quota"
-    r"|Resource has been exhausted)[^\n]*",
+    r"RESOURCE_EXHAUSTED|Quota exceeded|exhausted your (?:daily )?quota"
+    r"|Resource has been exhausted",
     re.IGNORECASE,
 )
 _RETRY_IN = re.compile(r"retry (?:in|after)\s+(?P<secs>\d+(?:\.\d+)?)\s*s", re.IGNORECASE)
 _RETRY_DELAY = re.compile(r"\"retryDelay\"\s*:\s*\"(?P<secs>\d+(?:\.\d+)?)s\"")
 _AMP = re.compile(
-    r"[^\n]*(?:out of (?:free )?credits|insufficient (?:credits|balance)"
-    r"|(?:daily|usage|credit) limit (?:reached|exceeded))[^\n]*",
+    r"out of (?:free )?credits|insufficient (?:credits|balance)"
+    r"|(?:daily|usage|credit) limit (?:reached|exceeded)",
     re.IGNORECASE,
 )
 _SPAN_UNITS = {"day": 86400, "hour": 3600, "hr": 3600, "minute": 60, "min": 60, "second": 1}
@@ -127,6 +130,22 @@ def detect(
     match = _HTTP_429.search(text)
     if match:
         return LimitSignal(None, _snippet(text, match), "rate")
+    return None
+
+
+def notice(text: str, *, now: datetime | None = None) -> LimitSignal | None:
+    """The limit notice `text` is, or None: Claude's and Codex's own notices only, and only
+    when they are most of the text. A run that ended "successfully" is read with this, since
+    a final message may well talk about limits ("the wallet shows credit limit exceeded")."""
+    text = text.strip()
+    now = _aware(now)
+    for finder, pattern in ((_claude_pipe, _CLAUDE_PIPE), (_resets, _RESETS), (_codex, _CODEX)):
+        match = pattern.search(text)
+        if match and 2 * (match.end() - match.start()) >= len(text):
+            return finder(text, now)
+    bare = _CODEX_BARE.search(text)
+    if bare and 2 * len(bare.group(0)) >= len(text):
+        return _codex(text, now)
     return None
 
 
@@ -182,7 +201,7 @@ def _resets(text: str, now: datetime) -> LimitSignal | None:
     reset = _next_clock(
         match.group("clock"), match.group("tz"), now, match.group("mon"), match.group("day")
     )
-    return LimitSignal(reset, match.group(0), "usage")
+    return LimitSignal(reset, _snippet(text, match), "usage")
 
 
 def _codex(text: str, now: datetime) -> LimitSignal | None:
@@ -205,12 +224,12 @@ def _gemini(text: str, now: datetime) -> LimitSignal | None:
         return None
     delay = _RETRY_DELAY.search(text) or _RETRY_IN.search(text)
     reset = now + timedelta(seconds=float(delay.group("secs"))) if delay else None
-    return LimitSignal(reset, match.group(0).strip()[:300], "quota")
+    return LimitSignal(reset, _snippet(text, match), "quota")
 
 
 def _amp(text: str, now: datetime) -> LimitSignal | None:
     match = _AMP.search(text)
-    return LimitSignal(None, match.group(0).strip()[:300], "usage") if match else None
+    return LimitSignal(None, _snippet(text, match), "usage") if match else None
 
 
 def _zone(name: str | None, now: datetime) -> tzinfo | None:
