@@ -91,6 +91,24 @@ def test_a_reference_holding_a_secret_is_never_written_to_the_file(tmp_path: Pat
     assert _cache_file(root).stat().st_mtime_ns == before  # not rewritten
 
 
+def test_a_log_holding_a_secret_keeps_it_out_of_the_file(tmp_path: Path) -> None:
+    """The log's story ids and files are kept too: a key an agent wrote into an entry
+    heading or its files list read as an id and a path, and reached the file whole."""
+    root = _project(tmp_path)
+    key = "sk-ant-api03-Zz3dEf6hIj9kLm2nOp5qRs8tUv1wXy4z_AbCdEfGh"
+    progress = locate(root).progress_path
+    progress.write_text(
+        progress.read_text()
+        + f"\n## 2026-01-09 - {key}\n- Files changed: src/{key}.ts\n- seen {key}\n---\n"
+    )
+    cold = ralph(root, "prompt", "--json")
+    assert cold.returncode == 0, cold.stderr
+    data = _cache_file(root).read_text(encoding="ascii")
+    assert "Zz3dEf6hIj9kLm2nOp5qRs8tUv1wXy4z" not in data
+    _new_process()
+    assert ralph(root, "prompt", "--json").stdout == cold.stdout
+
+
 def test_a_warm_prompt_splits_and_tokenizes_no_reference(tmp_path: Path) -> None:
     root = _project(tmp_path)
     cold = _assemble(root)

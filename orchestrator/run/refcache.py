@@ -374,8 +374,10 @@ class RefCache(Plain):
         if type(raw) is dict and all(type(v) is list and _strs_ok(v) for v in raw.values()):
             return raw
         made = where.entry_files(history)
-        kept["files"] = {k: list(v) for k, v in made.items()}
-        self.dirty = True
+        said = "\n".join(itertools.chain(made, itertools.chain.from_iterable(made.values())))
+        if not _holds_secret(said):  # a log's ids or paths holding a secret: never written
+            kept["files"] = {k: list(v) for k, v in made.items()}
+            self.dirty = True
         return made
 
     def story_order(self, history: str) -> Mapping[str, int]:
@@ -384,8 +386,9 @@ class RefCache(Plain):
         if type(raw) is dict and set(map(type, raw.values())) <= {int}:
             return raw
         made = rank.story_order(history)
-        kept["order"] = made
-        self.dirty = True
+        if not _holds_secret("\n".join(made)):
+            kept["order"] = made
+            self.dirty = True
         return made
 
     def save(self) -> None:
