@@ -82,6 +82,30 @@ def test_ab_runs_both_arms_and_reports_from_their_ledgers(tmp_path: Path) -> Non
     assert "saving (indexed vs full)" in res.stdout
 
 
+def test_on_an_indexed_project_the_full_arm_reads_the_references_in_its_log(
+    tmp_path: Path,
+) -> None:
+    # After indexed runs, the learnings live in ralph/references/ only: a full arm that
+    # read progress.txt alone failed every story that needs one ("ignores an earlier
+    # learning") and the report credited the index with a win Ralph itself would not show.
+    project = examples.copy_example("recipe-box", tmp_path / "proj")
+    run = [sys.executable, "-m", "orchestrator", "run", "--tool", "sim", "3"]
+    first = subprocess.run(run, cwd=project, env=ENV, capture_output=True, text=True)
+    assert "3/30 stories pass" in first.stdout, first.stdout + first.stderr
+    refs = sorted((project / "ralph" / "references").glob("*.md"))
+    assert refs
+    before = _tree_digest(project)
+    out = tmp_path / "out"
+    res = _ab(project, "--out", str(out), "--keep", "2")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert f"holds the {len(refs)} reference(s)" in res.stdout
+    assert _tree_digest(project) == before
+    arms = {a["name"]: a for a in json.loads((out / "ab-report.json").read_text())["arms"]}
+    assert arms["full"]["totals"]["stories_passed"] == arms["indexed"]["totals"]["stories_passed"]
+    log = (out / "work" / "full" / "scripts" / "ralph" / "progress.txt").read_text()
+    assert all(r.read_text().strip() in log for r in refs)
+
+
 def test_interrupted_ab_leaves_no_stray_copies_or_worktrees(tmp_path: Path) -> None:
     project = examples.copy_example("recipe-box", tmp_path / "proj")
     before = _tree_digest(project)

@@ -38,9 +38,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from orchestrator import git, ledger, redact, stopsignals
+from orchestrator import fsutil, git, ledger, redact, stopsignals
 from orchestrator.agents import proctree
 from orchestrator.errors import FatalError, Interrupted
+from orchestrator.memory.progress import Progress
+from orchestrator.project import locate
 from orchestrator.reports import report
 
 ARMS = ("indexed", "full")
@@ -134,6 +136,25 @@ def make_workspace(root: Path, dest: Path, logs_rel: str) -> None:
     else:
         ignore = shutil.ignore_patterns(Path(logs_rel).name, ".venv", "node_modules")
         shutil.copytree(root, dest, ignore=ignore, symlinks=True)
+
+
+def flatten_for_full(dest: Path, ralph_dir_rel: str) -> int:
+    """In the full arm's copy, every reference appended to progress.txt: Ralph keeps its
+    learnings in the log, so a full-history run of a project whose learnings now live in
+    references would otherwise see none of them and lose for want of memory, not for the
+    way it reads it. The number of references appended."""
+    project = locate(dest, ralph_dir_rel)
+    files = project.references.indexed_files()
+    if not files:
+        return 0
+    parts = ["## Learnings kept in references (for the full-history arm of `ralph ab`)\n"]
+    for index_path, path in files:
+        parts.append(f"\n### {index_path}\n\n{fsutil.read_text(path).strip()}\n")
+    log = Progress.load(project.progress_path).append_entry("".join(parts))
+    fsutil.atomic_write_text(project.progress_path, log.render())
+    if _is_git(dest):
+        git.commit_all(dest, "ab: the references in progress.txt for the full arm", _AB_IDENTITY)
+    return len(files)
 
 
 def _arm_argv(name: str, ralph_dir_rel: str, opts: AbOptions) -> list[str]:
@@ -364,6 +385,8 @@ def run_ab(
     def start(arm: ArmRun) -> None:
         _set_aside(arm)
         make_workspace(root, arm.workspace, logs_rel)
+        if arm.name == "full" and (n := flatten_for_full(arm.workspace, ralph_dir_rel)):
+            on_status(f"full arm: its progress.txt holds the {n} reference(s) as Ralph's would")
         _start(arm, _arm_argv(arm.name, ralph_dir_rel, opts))
 
     try:
