@@ -76,6 +76,12 @@ def test_completion_only_from_final_message_and_prd() -> None:
     assert _attempt(final=f"all done {sentinel}", all_passed=False).completion() == "false"
     # Echoed in the output (a prompt, a tool result) but not in the final message: nothing.
     assert _attempt(final="ok", output=f"... {sentinel} ...", all_passed=True).completion() is None
+    # On a line of its own (in a code block, in bold) it is a claim too.
+    assert _attempt(final=f"Done.\n```\n{sentinel}\n```\n").completion() == "false"
+    assert _attempt(final=f"Done.\n**{sentinel}**\nBye").completion() == "false"
+    # Mentioned inside a sentence it claims nothing: no false completion is counted.
+    said = f"US-001 is done; stories remain, so I will not print {sentinel} yet."
+    assert _attempt(final=said, all_passed=False).completion() is None
 
 
 def test_transient_and_limit_classification() -> None:

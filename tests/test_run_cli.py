@@ -42,6 +42,19 @@ def test_one_story_run_without_a_tty(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
+    ("fault", "completion"), [("early-sentinel", "false"), ("mention-sentinel", None)]
+)
+def test_only_a_sentinel_the_agent_states_is_a_claim_of_completion(
+    tmp_path: Path, fault: str, completion: str | None
+) -> None:
+    root = make_project(tmp_path / "p", 2)
+    out = ralph(root, "run", "--tool=sim", "1", RALPH_SIM_FAULT=fault)
+    [rec] = iterations(root)
+    assert rec["outcome"] == "passed" and rec["completion"] == completion
+    assert ("false completion" in out.stdout + out.stderr) == (completion == "false")
+
+
+@pytest.mark.parametrize(
     ("words", "tool", "max_iter", "ignored"),
     [
         ([], None, None, []),

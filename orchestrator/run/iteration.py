@@ -15,6 +15,7 @@ with the ralph logs folder excluded (the ledger and transcripts change every ite
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,13 @@ from orchestrator.upkeep import audit
 
 log = get_logger()
 SENTINEL = "<promise>COMPLETE</promise>"
+# The agent's claim: the sentinel on a line of its own or ending the message. Mentioned
+# inside a sentence ("I will not print <promise>COMPLETE</promise> yet") it claims nothing.
+_CLAIM = re.compile(
+    r"^[ \t>*_`-]*<promise>COMPLETE</promise>[ \t*_`.!]*$"
+    r"|<promise>COMPLETE</promise>[\s*_`.!]*\Z",
+    re.MULTILINE,
+)
 
 
 # More dirty tracked paths than this: one `git diff` of the whole tree, not a path list.
@@ -174,7 +182,7 @@ class Attempt:
         """ "complete" when the final message has the sentinel and prd.json agrees, "false"
         when it has it but stories remain, None when the agent did not claim completion."""
         final = self.result.final_message or ""
-        if SENTINEL not in final:
+        if SENTINEL not in final or not _CLAIM.search(final):
             return None
         return "complete" if self.all_passed else "false"
 

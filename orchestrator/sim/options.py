@@ -47,6 +47,7 @@ FAULTS = {
     "condense-reference": "rewrite the first indexed reference shorter, keeping its facts",
     "drop-index-row": "remove the first index row, leaving its reference file",
     "early-sentinel": "say <promise>COMPLETE</promise> while stories remain",
+    "mention-sentinel": "mention <promise>COMPLETE</promise> inside a sentence, claiming nothing",
     "echo-prompt": "echo the prompt in plain output before working",
 }
 

@@ -425,6 +425,8 @@ class Work:
             text = f"{self.story.id} is done and all stories pass. {SENTINEL}"
         elif "early-sentinel" in self.faults:
             text = f"{self.story.id} is done. {SENTINEL}"
+        elif "mention-sentinel" in self.faults:
+            text = f"{self.story.id} is done; {remaining} remain, so no {SENTINEL} yet."
         else:
             text = (
                 f"{self.story.id} is done: {self.story.title}. "
