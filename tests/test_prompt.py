@@ -433,3 +433,20 @@ def test_a_reference_written_in_the_prompts_compact_form_gives_the_same_prompt(
     copied = subprocess.run(run, cwd=root, capture_output=True, text=True)
     assert copied.returncode == 0, copied.stderr
     assert copied.stdout == tagged.stdout
+
+
+def test_a_learning_two_references_hold_is_in_the_prompt_once(tmp_path: Path) -> None:
+    root = make_project(tmp_path)
+    said = "Session cookie is named `sid`; logout must clear it and the auth store"
+    (root / "ralph" / "references" / "sessions.md").write_text(
+        f"# Sessions\n\n- [US-004] {said}\n"
+        "- [US-004] Log out of the web app ends the session: clear the session cookie\n"
+    )
+    progress = root / "scripts" / "ralph" / "progress.txt"
+    row = "| Sessions | ralph/references/sessions.md |\n"
+    progress.write_text(progress.read_text().replace("| Release |", row + "| Release |"))
+    run = [sys.executable, "-m", "orchestrator", "prompt", "--story", "US-002"]
+    out = subprocess.run(run, cwd=root, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.count(said) == 1
+    assert "### Sessions (1 of 2 items)\n[US-004]\n- Log out of the web app" in out.stdout

@@ -287,6 +287,28 @@ def test_a_tag_line_tags_the_bullets_after_it_until_a_heading_or_a_paragraph() -
     assert {rank.tag(b) for _, b in boxes} == {""}
 
 
+def test_a_learning_written_twice_is_shown_once() -> None:
+    ui = sel.Source(
+        "UI",
+        "ralph/references/ui.md",
+        "- [US-1] Run `pnpm typecheck` before every commit\n"
+        "- [US-1] Logout clears the sid cookie\n",
+    )
+    api = sel.Source(
+        "API",
+        "ralph/references/api.md",
+        "* [US-2]  run `pnpm typecheck`  before every commit\n"
+        "- [US-2] The sid cookie is httpOnly\n",
+    )
+    query = "logout: httpOnly sid cookie, pnpm typecheck"
+    s = sel.select(query, [ui, api], budget=None, cutoff=0.0)
+    text = sel.render(s, [ui, api])
+    assert text.lower().count("typecheck") == 1
+    assert "Logout clears" in text and "httpOnly" in text
+    rows = {r["path"]: r for r in s.rows()}
+    assert rows[ui.path]["taken_items"] + rows[api.path]["taken_items"] == 3
+
+
 def test_render_names_the_path_of_a_reference_the_shown_index_does_not_list() -> None:
     # An area's topic (its row is in the area's file) or a row a long index leaves out: the
     # heading is then the agent's only way to the rest of the reference.

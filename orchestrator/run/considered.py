@@ -20,6 +20,7 @@ REASONS = [
     "relevant",
     "over budget",
     "over references.max_tokens",
+    "repeats an item shown",
     "below cut-off",
     "no match",
     "empty",

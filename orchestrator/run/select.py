@@ -435,10 +435,15 @@ def take(
     per_ref: dict[int, int] = {}
     taken: list[Chunk] = []
     events: list[considered.Event] = []  # (reference, tokens taken | why left)
+    shown: set[str] = set()
     for i in order:
         r = int(sc.refs[i])
         pos = i - int(offsets[r])
         c = Chunk(r, pos, *sc.index[r].items[pos])
+        if (key := _said(c.text)) in shown:
+            events.append((r, "repeats an item shown"))
+            continue
+        shown.add(key)
         n = tok.count(c.text, encoding)
         room = left if ref_cap is None else min(left, ref_cap - per_ref.get(r, 0))
         if n > room:
@@ -477,6 +482,17 @@ def with_prior(
     top = scores.max(initial=0.0)
     raised = np.minimum(top, scores + PRIOR_WEIGHT * boost * cutoff * top)
     return np.round(np.where(scores > 0.0, raised, scores), 6)
+
+
+_LIST_MARKER = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+")
+
+
+def _said(item: str) -> str:
+    """What an item says, for telling repeats apart: its text without list marker, story
+    tag, case or spacing. Agents write one learning for several stories, and migrate files
+    a learning under each topic it names; the prompt shows it once."""
+    text = split_story_tag(item)[1]
+    return " ".join(_LIST_MARKER.sub("", text, count=1).split()).casefold()
 
 
 def _trim(chunk: Chunk, limit: int, encoding: str) -> Chunk | None:
