@@ -10,6 +10,7 @@ import pytest
 
 from orchestrator.cli import main
 from orchestrator.config import load_config
+from orchestrator.memory.markdown import unclosed_fence
 from orchestrator.memory.progress import Progress
 from orchestrator.upkeep.scaffold import add_context_indexing, context_section
 
@@ -166,6 +167,25 @@ def test_context_indexing_is_appended_once_with_diff_and_backup(tmp_path: Path) 
     after = snapshot(root)
     assert ralph(root, "init").returncode == 0
     assert snapshot(root) == after
+
+
+def test_context_indexing_lands_after_an_open_code_block_in_the_files_line_endings(
+    tmp_path: Path,
+) -> None:
+    root = git_init(tmp_path / "app")
+    legacy = root / "scripts" / "ralph"
+    legacy.mkdir(parents=True)
+    (legacy / "prd.json").write_text('{"userStories": []}\n')
+    original = "\ufeff# Agent\r\n```bash\r\nnpm test\r\n".encode()
+    (legacy / "CLAUDE.md").write_bytes(original)
+    out = ralph(root, "init")
+    assert out.returncode == 0, out.stderr
+    data = (legacy / "CLAUDE.md").read_bytes()
+    assert data.startswith(original)
+    assert b"\n" not in data.replace(b"\r\n", b"")  # every line ends as the file's did
+    text = data.decode().replace("\r\n", "\n")
+    assert unclosed_fence(text) is None
+    assert text.index("## Context Indexing") > text.index("```", text.index("npm test"))
 
 
 def test_context_section_uses_the_configured_references_folder(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ from typing import Literal
 from orchestrator import fsutil, git
 from orchestrator.config import CONFIG_FILE
 from orchestrator.errors import UsageError
+from orchestrator.memory.markdown import close_fences
 from orchestrator.memory.progress import Progress, new_progress_text
 from orchestrator.project import Project, locate
 
@@ -174,8 +175,13 @@ def add_context_indexing(path: Path, references_dir: str = _DEFAULT_REFS) -> Act
     old = fsutil.read_text(path)
     if _SECTION_RE.search(old):
         return Action("unchanged", path, f"already has '{SECTION_HEADING}'")
-    sep = "" if old.endswith("\n\n") or not old else ("\n" if old.endswith("\n") else "\n\n")
-    new = old + sep + context_section(references_dir)
+    # A code block the file leaves open is closed first (it ran to the end of the file
+    # anyway): appended after it, the section would be read as code, not as rules.
+    body = close_fences(old.replace("\r\n", "\n"))
+    sep = "" if body.endswith("\n\n") or not body else ("\n" if body.endswith("\n") else "\n\n")
+    added = body[len(old.replace("\r\n", "\n")) :] + sep + context_section(references_dir)
+    nl = "\r\n" if "\r\n" in old else "\n"  # the file's own line endings
+    new = old + added.replace("\n", nl)
     backup = _keep_backup(path)
     fsutil.atomic_write_text(path, new)
     diff = "".join(
