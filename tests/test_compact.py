@@ -132,6 +132,28 @@ def test_log_rotation_moves_old_entries_verbatim(tmp_path: Path) -> None:
     assert compact.plan(project.locate(root)).rotated == 0
 
 
+def test_a_log_without_an_index_keeps_its_entries_where_the_agent_reads_them(
+    tmp_path: Path,
+) -> None:
+    # Never migrated: the learnings are in the entries only, and a Ralph agent reads
+    # progress.txt, never the archive. Rotating them out hid them.
+    root = make(tmp_path, topics={})
+    log = root / "progress.txt"
+    index = "## Progress Index\n| Topic | Reference Path |\n|---|---|\n"
+    log.write_text(log.read_text().replace(index, ""))
+    before = tree(root)
+    out = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "compact", "--apply"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "kept 3 old log entries: this log has no Progress Index" in out.stdout
+    assert "ralph migrate" in out.stdout and "rotate:" not in out.stdout
+    assert tree(root) == before
+
+
 def test_near_duplicates_merge_keeping_every_bullet(tmp_path: Path) -> None:
     topics = {
         "Auth flow": "auth-flow.md",

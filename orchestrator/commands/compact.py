@@ -100,6 +100,8 @@ def _print_plan(plan: CompactPlan, fmt: Callable[[int], str]) -> None:
         print(f"  condense: {r.topic} ({r.path}) is {fmt(n)} tokens")
     if plan.rotated:
         print(f"  rotate: {plan.rotated} old log entries to the archive file")
+    if plan.rotate_note:
+        print(f"  {plan.rotate_note}")
 
 
 def _condense(proj: Project, plan: CompactPlan, agent: str, *, apply: bool) -> int:

@@ -46,6 +46,7 @@ class CompactPlan:
     # (area topic, its index path, the rows it now lists): past references.max_topics
     nested: list[tuple[str, str, list[audit.Row]]] = field(default_factory=list)
     rotated: int = 0
+    rotate_note: str = ""
     writes: dict[Path, str | None] = field(default_factory=dict)
     progress_before: int = 0
     progress_after: int = 0
@@ -221,10 +222,19 @@ def _oversized(out: CompactPlan, work: _Work, cap: int) -> None:
 
 
 def _rotate(out: CompactPlan, work: _Work, project: Project, keep: int) -> None:
-    """The log's entries before the last `keep` move to the archive file."""
-    work.progress, moved = work.progress.rotated(keep)
+    """The log's entries before the last `keep` move to the archive file; not those of a
+    log without a Progress Index, whose learnings are in its entries only (a Ralph agent
+    reads progress.txt, never the archive)."""
+    rotated, moved = work.progress.rotated(keep)
     if not moved:
         return
+    if not work.progress.has_index:
+        out.rotate_note = (
+            f"kept {len(moved)} old log entries: this log has no Progress Index, so their "
+            "learnings are nowhere else; run `ralph migrate` first, then compact"
+        )
+        return
+    work.progress = rotated
     out.rotated = len(moved)
     archive = project.archive_dir / LOG_ARCHIVE
     old = fsutil.read_text(archive) if archive.exists() else ""
