@@ -331,3 +331,11 @@ def test_run_unterminated_key_in_a_tool_result_masks_only_that_result(tmp_path):
     assert events[0]["message"]["content"][0]["content"] == MASK
     assert events[1:] == [json.loads(line) for line in lines[1:]]
     assert "MIIEowIBAAKCAQEA" not in transcript.read_text()
+
+
+@pytest.fixture(autouse=True)
+def _forget_learned_values():
+    """Values these tests teach the process are dropped after each, so no other test in this
+    process sees them masked."""
+    yield
+    forget()
