@@ -339,3 +339,12 @@ def _forget_learned_values():
     process sees them masked."""
     yield
     forget()
+
+
+def test_run_error_shortened_from_output_never_ends_on_half_a_token(tmp_path):
+    """No result line: the error quotes the last plain line, shortened to 300 characters
+    before it is redacted. The cut falls inside the token: none of it may be kept."""
+    plain = "fatal: " + "x " * 131 + GHP + " end"
+    _out, rec, _t = _ralph_run(tmp_path, [plain])
+    assert rec["error"].startswith("claude produced no result line: fatal: x x")
+    assert rec["error"].endswith(" x…") and "ghp_" not in rec["error"]
