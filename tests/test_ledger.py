@@ -222,3 +222,28 @@ def test_a_torn_tail_gets_a_newline_before_the_next_record(tmp_path: Path) -> No
     records = ledger.read(path)
     assert records.skipped == [2] and [r["run_id"] for r in records] == ["r0", "r1"]
     assert "skipped 1 damaged line(s) (line 2)" in records.skipped_note()
+
+
+def test_records_mask_values_learned_elsewhere_and_keep_their_lines(tmp_path: Path) -> None:
+    """The ledger masks a value the run's transcript learned behind a label, and a key block
+    cut short in one record masks only that string, never the records after it."""
+    from orchestrator.redact import MASK, Redactor, forget
+
+    value = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYLEDGER0001"
+    path = tmp_path / "ledger.jsonl"
+    try:
+        Redactor(env={})(json.dumps({"content": f"AWS_SECRET_ACCESS_KEY={value}\nX=1"}))
+        with ledger.Ledger(path, run_id="r1") as lg:
+            lg.event("note", error=f"failed: {value}")
+            lg.event("note", error="openssl: -----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAK", n=1)
+            lg.event("note", error="next record", n=2)
+    finally:
+        forget()
+    records = ledger.read(path)
+    assert not records.skipped
+    assert [r["error"] for r in records] == [
+        f"failed: {MASK}",
+        f"openssl: {MASK}",
+        "next record",
+    ]
+    assert records[1]["n"] == 1 and value not in path.read_text()

@@ -337,7 +337,14 @@ def short(text: str, limit: int = 100) -> str:
     if live_width:
         limit = max(limit, live_width - 4)
     one = " ".join(str(text).split())
-    return one if len(one) <= limit else one[: limit - 1] + "…"
+    if len(one) <= limit:
+        return one
+    cut = one[: limit - 1]
+    # Never end on part of a word: error texts are shortened before they are redacted, and
+    # half a secret is no longer a shape redaction recognises.
+    if one[limit - 1] != " " and (space := cut.rfind(" ")) > 0:
+        cut = cut[:space]
+    return cut + "…"
 
 
 # ---- registry -----------------------------------------------------------------------------

@@ -6,10 +6,12 @@ leader, so the agent and everything it starts share one process group that we ca
 whole. The prompt reaches stdin as a FILE (through `stdin_exec.py`, never a shell), so the
 agent sees EOF after the prompt instead of waiting on an open pipe.
 
-Lifecycle of `run`: spawn -> read lines (\r stripped) -> each line goes to `on_line` and,
-redacted, to the transcript -> on exit, wall/idle timeout or Ctrl-C, end the agent's whole
-process tree (`proctree.Tree`: its cgroup, recorded descendants, group, session and env marker,
-so `setsid` and double-forked children are ended too): SIGTERM, a grace period, then SIGKILL.
+Lifecycle of `run`: spawn -> read lines (\r stripped) -> each line is redacted whole, then goes
+to the transcript and to `on_line` (a live display shortens only redacted text, so a secret is
+never cut in half before redaction could see it) -> on exit, wall/idle timeout or Ctrl-C, end
+the agent's whole process tree (`proctree.Tree`: its cgroup, recorded descendants, group,
+session and env marker, so `setsid` and double-forked children are ended too): SIGTERM, a grace
+period, then SIGKILL.
 The tree is also ended after a normal exit, so a dev server the agent left in the background
 cannot hold ports or the pty into the next iteration; what had to be killed is reported in
 `RunOutcome.killed`.
@@ -74,8 +76,10 @@ def run(
     wall_timeout: float | None = None,
     idle_timeout: float | None = None,
     grace: float = GRACE_S,
+    redactor: Redactor | None = None,
 ) -> RunOutcome:
-    """Run argv (a list, never a shell string) on a pty; see the module docstring."""
+    """Run argv (a list, never a shell string) on a pty; see the module docstring.
+    `on_line` gets each line redacted (by `redactor`, default: one for the agent's env)."""
     if isinstance(argv, str) or not argv:
         raise ValueError("argv must be a non-empty list of words (no shell strings)")
     if not Path(cwd).is_dir():
@@ -84,10 +88,10 @@ def run(
     # PWD must name the agent's folder: some CLIs (opencode) trust $PWD over getcwd().
     tree = proctree.Tree()
     full_env = {**os.environ, **(env or {}), "PWD": os.path.abspath(cwd), **tree.env()}
-    redactor = Redactor(full_env)
+    redactor = redactor or Redactor(full_env)
     start = time.monotonic()
     child = _spawn(argv, cwd, full_env, stdin_file, tree)
-    log.debug("agent_spawned", pid=child.pid, argv=[redactor(a)[:200] for a in argv])
+    log.debug("agent_spawned", pid=child.pid, argv=[redactor.text(a)[:200] for a in argv])
     with _open_transcript(transcript_path) as transcript:
         reader = _LineReader(on_line, transcript, redactor)
         with stop_signals_interrupt():
@@ -165,13 +169,16 @@ def run_agent(
 ) -> tuple[RunOutcome, AgentResult]:
     """Run one agent on one prompt file; `on_line` gets the agent's readable display lines."""
     agent.check_available()
-    # Live lines end up in terminals and CI logs: redact them like the transcript.
+    # One redactor for everything this run writes: the transcript, the live lines (terminals,
+    # CI logs) and the error texts (ledger, console) all mask what any of them learned.
     redactor = Redactor({**os.environ, **agent.env()})
 
     def show(line: str) -> None:
+        # `line` is already redacted whole; the display is built (and shortened) from it,
+        # and redacted once more for what only its decoded JSON strings show.
         shown = agent.display(line)
         if shown is not None and on_line is not None:
-            on_line(redactor(shown))
+            on_line(redactor.text(shown))
 
     outcome = run(
         agent.argv(Path(prompt_file)),
@@ -183,13 +190,15 @@ def run_agent(
         wall_timeout=wall_timeout,
         idle_timeout=idle_timeout,
         grace=grace,
+        redactor=redactor,
     )
     result = agent.parse(outcome.output, outcome.exit_code)
     # Error texts go to the ledger and the terminal: redact them (the final message stays
-    # as printed: the loop reads the sentinel from it and logs only its verdict).
-    result.error = redactor(result.error) if result.error else result.error
+    # as printed: the loop reads the sentinel from it and logs only its verdict). Each on
+    # its own: a private-key block the stream left open must not blank them.
+    result.error = redactor.text(result.error) if result.error else result.error
     if result.limit is not None:
-        result.limit.raw = redactor(result.limit.raw)
+        result.limit.raw = redactor.text(result.limit.raw)
     if outcome.timed_out or outcome.interrupted:
         result.is_error = True
         why = f"{outcome.timed_out} timeout" if outcome.timed_out else "interrupted"
@@ -329,7 +338,7 @@ def _utf8_len(text: str) -> int:
 
 
 class _LineReader:
-    """Turns pty chunks into lines; each line goes to on_line and the transcript.
+    """Turns pty chunks into lines; each line, redacted, goes to on_line and the transcript.
 
     Lines are bounded (see _LongLine): what is kept, written and parsed of one line is at
     most LINE_HEAD + LINE_TAIL characters; `dropped` counts the bytes left out."""
@@ -374,9 +383,12 @@ class _LineReader:
     def _emit(self, raw: str) -> None:
         line = clean_line(raw)
         self.lines.append(line)
+        if self.transcript is None and self.on_line is None:
+            return
+        masked = self.redactor(line)  # once per line: the redactor follows key blocks
         if self.transcript is not None:
             try:
-                self.transcript.write(self.redactor(line) + "\n")
+                self.transcript.write(masked + "\n")
                 self.transcript.flush()
             except OSError as exc:
                 # Disk full (or gone): the agent's work matters more than its log. Stop
@@ -387,7 +399,7 @@ class _LineReader:
                 )
         if self.on_line is not None:
             try:
-                self.on_line(line)
+                self.on_line(masked)
             except Exception:  # a display bug must not kill the agent run
                 log.exception("on_line_failed")
 
