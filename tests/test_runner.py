@@ -264,6 +264,26 @@ def test_huge_single_line_keeps_head_and_tail_and_counts_the_rest(tmp_path):
     assert out.duration_s < 20
 
 
+@pytest.mark.parametrize("shift", range(6))
+def test_a_cut_stream_event_stays_readable_wherever_the_cut_falls(tmp_path, shift):
+    # A result line over the cap is cut inside its one long string: a cut through `\\"` or
+    # `\\n` made the event invalid JSON, and the run's usage and cost were lost.
+    from orchestrator.agents import get_agent
+
+    code = (
+        "import json, sys\n"
+        f"text = 'x' * {shift} + 'print(\"a\")\\n\\tq = \"\\\\\"\\n' * 120_000\n"
+        "event = {'type': 'result', 'subtype': 'success', 'is_error': False, 'result': text,"
+        " 'total_cost_usd': 0.25, 'usage': {'input_tokens': 1000, 'output_tokens': 7}}\n"
+        "sys.stdout.write(json.dumps(event) + '\\n')\n"
+    )
+    out = runner.run([PY, "-c", code], cwd=tmp_path, wall_timeout=60)
+    assert out.dropped_bytes > 0
+    result = get_agent("claude", None, check=False).parse(out.output, out.exit_code)
+    assert result.cost_usd == 0.25 and result.usage is not None
+    assert result.usage.output_tokens == 7
+
+
 def test_last_words_after_sigterm_are_kept(tmp_path):
     code = (
         "import signal, sys, time\n"

@@ -329,8 +329,26 @@ class _LongLine:
         head = "".join(self.head)
         self._reset()
         if dropped:
+            head, tail, more = _cut_between_escapes(head, tail)
+            dropped += more
             return f"{head} [... {dropped} bytes of this line dropped ...] {tail}", dropped
         return head + tail, 0
+
+
+_OPEN_ESCAPE = re.compile(r"(?<!\\)((?:\\\\)*)(\\(?:u[0-9a-fA-F]{0,3})?)\Z")
+
+
+def _cut_between_escapes(head: str, tail: str) -> tuple[str, str, int]:
+    """`head` and `tail` of a cut line with no JSON escape split between them: the line is
+    mostly a stream event whose one long string was cut, and `\\` or `\\u00` at the end of
+    the head, or a quote whose backslash was dropped at the start of the tail, made the whole
+    event unreadable (its usage and cost lost). The head drops an escape it leaves open, the
+    tail its leading backslashes and quotes. Returns the bytes they dropped."""
+    m = _OPEN_ESCAPE.search(head[-64:])
+    cut_head = head[: len(head) - len(m.group(2))] if m else head
+    start = len(tail) - len(tail.lstrip('\\"'))
+    gone = head[len(cut_head) :] + tail[:start]
+    return cut_head, tail[start:], _utf8_len(gone)
 
 
 def _utf8_len(text: str) -> int:
