@@ -536,10 +536,12 @@ def test_loop_restores_a_deleted_reference(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- swapped files
 
 SWAP_AGENT = """
-import os, sys
+import glob, os, sys
 sys.stdin.read()
-for name, how in (a.split("=") for a in sys.argv[1:]):
-    path = "scripts/ralph/" + name
+refs = sorted(glob.glob("ralph/references/*.md"))
+for path, how in (a.split("=") for a in sys.argv[1:]):
+    if path.startswith("ref:"):  # the n-th reference the project has
+        path = refs[int(path[4:])]
     os.remove(path)
     if how == "fifo":
         os.mkfifo(path)
@@ -550,14 +552,15 @@ print("done", flush=True)
 
 
 def _loop_with_swap(tmp_path: Path, *swaps: str) -> tuple[Path, dict, subprocess.CompletedProcess]:
-    """One sim iteration (a history to lose), then one by an agent that replaces files."""
+    """Two sim iterations (a history to lose), then one by an agent that replaces files."""
     from run_helpers import iterations, make_project, ralph
 
     script = tmp_path / "swap_agent.py"
     script.write_text(SWAP_AGENT)
     command = [sys.executable, str(script), *swaps]
-    root = make_project(tmp_path / "p", 3, config={"agents": {"swap": {"command": command}}})
-    assert ralph(root, "run", "--tool", "sim", "1").returncode == 1
+    config = {"mode": "indexed", "agents": {"swap": {"command": command}}}
+    root = make_project(tmp_path / "p", 3, config=config)
+    assert ralph(root, "run", "--tool", "sim", "2").returncode == 1  # two references
     out = ralph(root, "run", "--tool", "swap", "1", timeout=120)
     assert "Traceback" not in out.stdout + out.stderr
     return root, iterations(root)[-1]["checks"], out
@@ -568,7 +571,9 @@ def test_loop_never_writes_through_a_symlink_the_agent_put_in_place(tmp_path: Pa
     for victim in victims.values():
         victim.write_text("outside file, not the project's\n")
     rd = tmp_path / "p" / "scripts" / "ralph"
-    root, checks, out = _loop_with_swap(tmp_path, *(f"{n}={v}" for n, v in victims.items()))
+    root, checks, out = _loop_with_swap(
+        tmp_path, *(f"scripts/ralph/{n}={v}" for n, v in victims.items())
+    )
     assert out.returncode == 1, out.stderr
     for name, victim in victims.items():
         assert victim.read_text() == "outside file, not the project's\n"  # untouched
@@ -590,7 +595,7 @@ def test_loop_never_writes_through_a_symlink_the_agent_put_in_place(tmp_path: Pa
 
 def test_loop_puts_back_a_progress_txt_replaced_by_a_fifo(tmp_path: Path) -> None:
     rd = tmp_path / "p" / "scripts" / "ralph"
-    root, checks, out = _loop_with_swap(tmp_path, "progress.txt=fifo")
+    root, checks, out = _loop_with_swap(tmp_path, "scripts/ralph/progress.txt=fifo")
     assert out.returncode == 1, out.stderr  # a story not passed, not a crash (exit 2)
     assert (rd / "progress.txt").is_file()
     assert Progress.parse((rd / "progress.txt").read_text()).entries[0].story_ids == ["US-001"]
@@ -626,3 +631,21 @@ def test_the_users_own_symlink_is_kept_and_put_back_when_re_pointed(
     # Untouched, the user's link is no finding at all.
     report = verify(snapshot(project), project, "US-002")
     assert "progress_replaced" not in {f.kind for f in report.findings}
+
+
+def test_loop_puts_back_references_replaced_by_an_outside_symlink_or_a_fifo(
+    tmp_path: Path,
+) -> None:
+    victim = tmp_path / "victim.md"
+    victim.write_text("outside file\n")
+    root, checks, out = _loop_with_swap(tmp_path, f"ref:0={victim}", "ref:1=fifo")
+    assert out.returncode == 1, out.stderr
+    assert victim.read_text() == "outside file\n"
+    replaced = {f["message"] for f in checks["findings"] if f["kind"] == "reference_replaced"}
+    assert len(replaced) == 2 and any(f"symlink to {victim}" in m for m in replaced)
+    assert any("FIFO" in m for m in replaced)
+    assert "reference_unrestorable" not in {f["kind"] for f in checks["findings"]}
+    assert len(checks["restored_files"]) == 2
+    for index_path in checks["restored_files"]:
+        path = root / index_path
+        assert path.is_file() and not path.is_symlink() and path.read_text().startswith("#")

@@ -297,13 +297,19 @@ def swapped(path: Path, link_before: str | None) -> str | None:
 
 
 def unswap(
-    project: Project, report: CheckReport, path: Path, data: str | None, link_before: str | None
+    project: Project,
+    report: CheckReport,
+    path: Path,
+    data: str | bytes | None,
+    link_before: str | None,
+    kind: str = "",
 ) -> bool:
     """Put back the file the snapshot saw when the agent replaced it by a symlink of its own
     or a FIFO/device/socket (see `swapped`); True when it did. The replacement is never read
     nor written through: a link's target outside the project stays untouched, a FIFO would
     block. The link's target is kept as a backup note; `data` None (no file before) removes
-    the replacement; the user's own link, when the agent re-pointed it, is put back."""
+    the replacement; the user's own link, when the agent re-pointed it, is put back.
+    `kind`: the finding's kind (default `<file stem>_replaced`)."""
     what = swapped(path, link_before)
     if what is None:
         return False
@@ -319,14 +325,15 @@ def unswap(
         os.replace(fresh, path)
         put_back = f"its symlink to {link_before} was put back"
     elif data is not None:
-        fsutil.atomic_write_text(path, data, follow=False)
+        raw = data.encode("utf-8", errors="surrogateescape") if isinstance(data, str) else data
+        fsutil.atomic_write_bytes(path, raw, follow=False)
         put_back = "the previous version was restored as a regular file"
     else:
         os.unlink(path)
         put_back = "it was removed (there was no such file before)"
     untouched = " (the link's target was neither read nor changed)" if "symlink" in what else ""
     report.add(
-        f"{fsutil.safe_name(path.stem)}_replaced",
+        kind or f"{fsutil.safe_name(path.stem)}_replaced",
         "error",
         f"the agent replaced {shown} with {what}; {put_back}{untouched}",
         f"never replace {path.name}: edit it in place",
