@@ -306,8 +306,9 @@ def _refuse_if_elsewhere(jdir: Path, ops: list[dict[str, Any]], root: Path) -> N
             f"{jdir / 'journal.json'}: this interrupted apply was prepared by an older "
             f"ralph-index for the files under {where}, not this project ({top}): the project "
             "was moved or copied with it pending. Nothing was changed. Fix: run `ralph compact "
-            f"--recover` (or --rollback) in the folder it was prepared in, if it still exists; "
-            f"in a copy, check the memory files and remove {jdir}"
+            "--recover` (or --rollback) in the folder it was prepared in (move the project "
+            "back there if it was moved); in a copy whose original is recovered, check the "
+            f"memory files and remove {jdir}"
         )
 
 
