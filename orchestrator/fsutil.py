@@ -62,8 +62,13 @@ def file_error(path: Path | str, exc: OSError, action: str) -> FileError:
     return FileError(f"{path}: cannot {action} it: {shown}. Fix: {fix}", path=str(path), errno=code)
 
 
+def kind_of(mode: int) -> str:
+    """What a non-regular file is, for a message: "a FIFO (named pipe)", "a folder"..."""
+    return _KINDS.get(stat.S_IFMT(mode), "not a regular file")
+
+
 def not_regular(path: Path | str, mode: int) -> FileError:
-    kind = _KINDS.get(stat.S_IFMT(mode), "not a regular file")
+    kind = kind_of(mode)
     return FileError(
         f"{path}: is {kind}, not a regular file; ralph reads and writes plain files only. "
         "Fix: replace it by a regular file",
@@ -94,11 +99,15 @@ def _umask() -> int:
     return current
 
 
-def atomic_write_bytes(path: Path, data: bytes, *, backup: bool = False) -> None:
+def atomic_write_bytes(
+    path: Path, data: bytes, *, backup: bool = False, follow: bool = True
+) -> None:
     """Replace `path` with `data` atomically; with `backup`, keep the old file as `<path>.bak`.
-    Any OSError (no permission, disk full...) is a FileError naming `path`; the old file stays."""
+    Any OSError (no permission, disk full...) is a FileError naming `path`; the old file stays.
+    `follow=False`: a symlink (or FIFO...) at `path` is itself replaced by the regular file,
+    its target never touched (a link somebody else put there must not be written through)."""
     try:
-        _atomic_write_bytes(Path(path), data, backup)
+        _atomic_write_bytes(Path(path), data, backup, follow)
     except OSError as exc:
         raise file_error(path, exc, "write") from None
 
@@ -115,8 +124,8 @@ def write_target(path: Path) -> Path:
         return Path(os.path.realpath(path))
 
 
-def _atomic_write_bytes(link: Path, data: bytes, backup: bool) -> None:
-    path = write_target(link)
+def _atomic_write_bytes(link: Path, data: bytes, backup: bool, follow: bool = True) -> None:
+    path = write_target(link) if follow else link
     if path is link:
         path.parent.mkdir(parents=True, exist_ok=True)
     if backup and path.exists():
@@ -128,7 +137,7 @@ def _atomic_write_bytes(link: Path, data: bytes, backup: bool) -> None:
             f.flush()
             os.fsync(f.fileno())
         with contextlib.suppress(OSError):
-            if path.exists():
+            if path.exists() and (follow or not path.is_symlink()):
                 # Keep the user's file mode (e.g. an executable script stays executable).
                 shutil.copymode(path, tmp)
             else:
@@ -176,9 +185,10 @@ def make_owned_dir(folder: Path) -> Path:
     return folder
 
 
-def atomic_write_text(path: Path, text: str, *, backup: bool = False) -> None:
+def atomic_write_text(path: Path, text: str, *, backup: bool = False, follow: bool = True) -> None:
     """Write text as UTF-8 without newline translation (bytes in == bytes out)."""
-    atomic_write_bytes(path, text.encode("utf-8", errors="surrogateescape"), backup=backup)
+    data = text.encode("utf-8", errors="surrogateescape")
+    atomic_write_bytes(path, data, backup=backup, follow=follow)
 
 
 NAME_MAX = 80

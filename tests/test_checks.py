@@ -531,3 +531,121 @@ def test_loop_restores_a_deleted_reference(tmp_path: Path) -> None:
     assert "reference_deleted" in kinds and checks["restored"] is True
     for row in Progress.load(root / "scripts" / "ralph" / "progress.txt").index_rows:
         assert (root / row.path).is_file(), row
+
+
+# --------------------------------------------------------------------------- swapped files
+
+SWAP_AGENT = """
+import glob, os, sys
+sys.stdin.read()
+refs = sorted(glob.glob("ralph/references/*.md"))
+for path, how in (a.split("=") for a in sys.argv[1:]):
+    if path.startswith("ref:"):  # the n-th reference the project has
+        path = refs[int(path[4:])]
+    os.remove(path)
+    if how == "fifo":
+        os.mkfifo(path)
+    else:
+        os.symlink(how, path)
+print("done", flush=True)
+"""
+
+
+def _loop_with_swap(tmp_path: Path, *swaps: str) -> tuple[Path, dict, subprocess.CompletedProcess]:
+    """Two sim iterations (a history to lose), then one by an agent that replaces files."""
+    from run_helpers import iterations, make_project, ralph
+
+    script = tmp_path / "swap_agent.py"
+    script.write_text(SWAP_AGENT)
+    command = [sys.executable, str(script), *swaps]
+    config = {"mode": "indexed", "agents": {"swap": {"command": command}}}
+    root = make_project(tmp_path / "p", 3, config=config)
+    assert ralph(root, "run", "--tool", "sim", "2").returncode == 1  # two references
+    out = ralph(root, "run", "--tool", "swap", "1", timeout=120)
+    assert "Traceback" not in out.stdout + out.stderr
+    return root, iterations(root)[-1]["checks"], out
+
+
+def test_loop_never_writes_through_a_symlink_the_agent_put_in_place(tmp_path: Path) -> None:
+    victims = {name: tmp_path / f"victim-{name}" for name in ("prd.json", "progress.txt")}
+    for victim in victims.values():
+        victim.write_text("outside file, not the project's\n")
+    rd = tmp_path / "p" / "scripts" / "ralph"
+    root, checks, out = _loop_with_swap(
+        tmp_path, *(f"scripts/ralph/{n}={v}" for n, v in victims.items())
+    )
+    assert out.returncode == 1, out.stderr
+    for name, victim in victims.items():
+        assert victim.read_text() == "outside file, not the project's\n"  # untouched
+        assert not (rd / name).is_symlink() and (rd / name).is_file()
+    assert json.loads((rd / "prd.json").read_text())["userStories"][0]["passes"] is True
+    assert Progress.parse((rd / "progress.txt").read_text()).entries[0].story_ids == ["US-001"]
+    kinds = {f["kind"]: f for f in checks["findings"]}
+    assert {"prd_replaced", "progress_replaced"} <= set(kinds) and checks["ok"] is False
+    assert str(victims["prd.json"]) in kinds["prd_replaced"]["message"]
+    notes = [(root / b).read_text() for b in checks["backups"]]
+    assert sorted(notes) == sorted(
+        f"scripts/ralph/{n}: a symlink to {v}\n" for n, v in victims.items()
+    )
+    assert sorted(checks["restored_files"]) == [
+        "scripts/ralph/prd.json",
+        "scripts/ralph/progress.txt",
+    ]
+
+
+def test_loop_puts_back_a_progress_txt_replaced_by_a_fifo(tmp_path: Path) -> None:
+    rd = tmp_path / "p" / "scripts" / "ralph"
+    root, checks, out = _loop_with_swap(tmp_path, "scripts/ralph/progress.txt=fifo")
+    assert out.returncode == 1, out.stderr  # a story not passed, not a crash (exit 2)
+    assert (rd / "progress.txt").is_file()
+    assert Progress.parse((rd / "progress.txt").read_text()).entries[0].story_ids == ["US-001"]
+    (finding,) = [f for f in checks["findings"] if f["kind"] == "progress_replaced"]
+    assert "FIFO" in finding["message"] and checks["restored"] is True
+    assert ralph_status_ok(root)
+
+
+def ralph_status_ok(root: Path) -> bool:
+    from run_helpers import ralph
+
+    return ralph(root, "status").returncode == 0
+
+
+def test_the_users_own_symlink_is_kept_and_put_back_when_re_pointed(
+    project: Project, tmp_path: Path
+) -> None:
+    shared = tmp_path / "shared-progress.txt"
+    shared.write_text(PROGRESS)
+    project.progress_path.unlink()
+    project.progress_path.symlink_to(shared)
+    elsewhere = tmp_path / "elsewhere.txt"
+    elsewhere.write_text("other\n")
+    snap = snapshot(project)
+    agent(
+        project,
+        f"import os\nos.remove('progress.txt')\nos.symlink({str(elsewhere)!r}, 'progress.txt')\n",
+    )
+    report = verify(snap, project, "US-002")
+    assert "progress_replaced" in {f.kind for f in report.errors()}
+    assert project.progress_path.resolve() == shared and shared.read_text() == PROGRESS
+    assert elsewhere.read_text() == "other\n"
+    # Untouched, the user's link is no finding at all.
+    report = verify(snapshot(project), project, "US-002")
+    assert "progress_replaced" not in {f.kind for f in report.findings}
+
+
+def test_loop_puts_back_references_replaced_by_an_outside_symlink_or_a_fifo(
+    tmp_path: Path,
+) -> None:
+    victim = tmp_path / "victim.md"
+    victim.write_text("outside file\n")
+    root, checks, out = _loop_with_swap(tmp_path, f"ref:0={victim}", "ref:1=fifo")
+    assert out.returncode == 1, out.stderr
+    assert victim.read_text() == "outside file\n"
+    replaced = {f["message"] for f in checks["findings"] if f["kind"] == "reference_replaced"}
+    assert len(replaced) == 2 and any(f"symlink to {victim}" in m for m in replaced)
+    assert any("FIFO" in m for m in replaced)
+    assert "reference_unrestorable" not in {f["kind"] for f in checks["findings"]}
+    assert len(checks["restored_files"]) == 2
+    for index_path in checks["restored_files"]:
+        path = root / index_path
+        assert path.is_file() and not path.is_symlink() and path.read_text().startswith("#")

@@ -283,3 +283,105 @@ def test_a_journal_of_an_older_version_still_recovers(tmp_path: Path) -> None:
     jfile.write_text(json.dumps(record))
     assert "completed" in (journal.recover(tmp_path) or "")
     assert target.read_text() == "new" and journal.pending(tmp_path) is None
+
+
+# --------------------------------------------------------------------------- 5. moved projects
+
+
+def _killed_migrate(root: Path) -> None:
+    """A migrate SIGKILLed after three renames: its journal pending, `.ralph-new` files left."""
+    (root / RD / "progress.txt").write_text(flat_log(6))
+    killed = ralph(root, "migrate", RALPH_TEST_KILL_AFTER_RENAMES="3")
+    assert killed.returncode == -signal.SIGKILL
+    assert list(root.rglob("*.ralph-new"))
+
+
+def _recovered(root: Path) -> bool:
+    return (
+        "## Progress Index" in (root / RD / "progress.txt").read_text()
+        and not list(root.rglob("*.ralph-new"))
+        and not (root / RD / journal.JOURNAL_DIR).exists()
+    )
+
+
+def test_a_moved_or_copied_project_recovers_where_it_is_now(tmp_path: Path) -> None:
+    a = make_project(tmp_path / "jA", 2)
+    _killed_migrate(a)
+    copy = tmp_path / "jC"
+    subprocess.run(["cp", "-a", str(a), str(copy)], check=True)
+    before = tree(a)
+    res = ralph(copy, "compact", "--recover")
+    assert res.returncode == 0 and "completed an interrupted apply" in res.stdout, res.stderr
+    assert _recovered(copy)
+    assert tree(a) == before  # the original, never touched from its copy
+    moved = a.rename(tmp_path / "jB")
+    res = ralph(moved, "compact", "--recover")
+    assert res.returncode == 0, res.stderr
+    assert _recovered(moved) and ralph(moved, "check").returncode == 0
+
+
+def _as_older_version(root: Path) -> None:
+    """Rewrite the pending journal as earlier versions wrote it: absolute paths, no root."""
+    jfile = root / RD / journal.JOURNAL_DIR / "journal.json"
+    body = json.loads(jfile.read_text())
+    base = Path(os.path.normpath(jfile.parent.parent / body.pop("root")))
+    body.pop("version")
+    for op in body["ops"]:
+        for key in ("target", "tmp", "backup", "new_dir"):
+            if op[key] is not None:
+                op[key] = str(base / op[key])
+    jfile.write_text(json.dumps(body))
+
+
+def test_an_older_absolute_journal_recovers_here_and_refuses_elsewhere(tmp_path: Path) -> None:
+    a = make_project(tmp_path / "jA", 2)
+    _killed_migrate(a)
+    _as_older_version(a)
+    copy = tmp_path / "jC"
+    subprocess.run(["cp", "-a", str(a), str(copy)], check=True)
+    before_a, before_copy = tree(a), tree(copy)
+    refused = ralph(copy, "compact", "--recover")
+    no_traceback(refused)
+    assert refused.returncode == 2
+    jfile = copy / RD / journal.JOURNAL_DIR / "journal.json"
+    assert f"{jfile}: this interrupted apply was prepared by an older" in refused.stderr
+    assert f"for the files under {a}" in refused.stderr and "Fix: " in refused.stderr
+    assert tree(a) == before_a and tree(copy) == before_copy  # nothing changed anywhere
+    res = ralph(a, "compact", "--recover")  # in its own project: its paths are mapped
+    assert res.returncode == 0, res.stderr
+    assert _recovered(a)
+
+
+# --------------------------------------------------------------------------- 6. stray temps
+
+
+def test_recover_after_a_kill_while_preparing_leaves_no_temp_file(tmp_path: Path) -> None:
+    root = make_project(tmp_path / "p", 2)
+    (root / RD / "progress.txt").write_text(flat_log(12))
+    before = tree(root)
+    proc = subprocess.Popen(
+        [*RALPH, "migrate"],
+        cwd=root,
+        env=env(RALPH_TEST_SLOW_PREPARE="0.2"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    wait_for_journal(root, "preparing", proc)
+    time.sleep(0.5)  # a few `.ralph-new` files written
+    proc.kill()
+    proc.communicate(timeout=60)
+    new = sorted(root.rglob("*.ralph-new"))
+    assert new
+    # A `.ralph-new` file is written as it is named: no hidden temp beside it...
+    assert not [p for p in root.rglob("*.tmp") if ".git" not in p.parts]
+    # ...but earlier versions wrote it through one, which a kill could leave behind.
+    strays = [p.with_name(f".{p.name}.x1y2z3w4.tmp") for p in new]
+    for stray in strays:
+        stray.write_text("half a reference")
+    res = ralph(root, "compact", "--recover")
+    assert res.returncode == 0 and "rolled back" in res.stdout, res.stderr
+    assert not any(p.exists() for p in strays) and not list(root.rglob("*.ralph-new"))
+    assert tree(root) == before
+    assert ralph(root, "migrate").returncode == 0
+    assert not [p for p in root.rglob("*.tmp") if ".git" not in p.parts]

@@ -65,7 +65,7 @@ def _action(args: argparse.Namespace) -> str:
 
 def _run(args: argparse.Namespace, proj: Project) -> int:
     if args.recover or args.rollback:
-        done = journal.recover(proj.ralph_dir, rollback=args.rollback)
+        done = journal.recover(proj.ralph_dir, rollback=args.rollback, root=proj.root)
         print(f"ralph compact: {done or 'no interrupted apply to recover'}")
         return 0
     plan = compact.plan(proj)

@@ -7,6 +7,12 @@ memory) lists the operations and keeps backups, so `recover()` completes or undo
 The journal also records each target's digest before and after, so recovery never overwrites
 a file somebody changed after the journal was written (a run, an editor): completing refuses
 and names the file; undoing keeps the changed file and every other version beside it.
+
+Its paths are relative to the project root (absolute only for a file outside the project, the
+target of a symlinked memory file), so a project moved or copied with its pending journal is
+recovered where it is now, never in the folder it was prepared in. A journal of an older
+version holds absolute paths: they are used when they are this project's, and recovery
+refuses, naming the journal, when they point elsewhere.
 """
 
 from __future__ import annotations
@@ -47,6 +53,17 @@ class JournalPending(InputError):
 
 class JournalConflict(InputError):
     """Completing an interrupted apply would overwrite a file changed after it was prepared."""
+
+
+class JournalElsewhere(InputError):
+    """An older version's journal (absolute paths) names the files of another folder: the
+    project was moved or copied with it pending."""
+
+
+# The keys of a journal operation that hold paths.
+_PATH_KEYS = ("target", "tmp", "backup", "new_dir")
+# The version of journal.json whose paths are relative to the project root.
+_VERSION = 2
 
 
 def pending(journal_root: Path) -> Path | None:
@@ -92,8 +109,11 @@ class Transaction:
     signal while preparing, or an error during the renames, rolls back at once.
     """
 
-    def __init__(self, journal_root: Path) -> None:
-        self.dir = Path(journal_root) / JOURNAL_DIR
+    def __init__(self, journal_root: Path, root: Path | None = None) -> None:
+        """`root`: the project root the journal's paths are relative to (default: the
+        journal root itself)."""
+        self.dir = Path(journal_root).absolute() / JOURNAL_DIR
+        self.root = Path(root or journal_root).absolute()
         self.ops: list[tuple[Path, bytes | None]] = []
 
     def write(self, path: Path, text: str) -> None:
@@ -155,7 +175,7 @@ class Transaction:
     def _prepare(self, recs: list[dict[str, Any]]) -> None:
         fsutil.make_owned_dir(self.dir)  # an interrupted apply's journal stays out of git
         (self.dir / "backup").mkdir(parents=True, exist_ok=True)
-        _save_journal(self.dir, "preparing", recs)
+        _save_journal(self.dir, "preparing", recs, self.root)
         slow = float(os.environ.get(_SLOW_ENV) or 0)
         for rec in recs:
             if rec["backup"]:
@@ -164,7 +184,7 @@ class Transaction:
                 _write_new(Path(rec["tmp"]), Path(rec["target"]), rec["_new"])
             if slow:
                 time.sleep(slow)
-        _save_journal(self.dir, "prepared", recs)
+        _save_journal(self.dir, "prepared", recs, self.root)
 
 
 def _first_missing(folder: Path) -> str | None:
@@ -194,8 +214,13 @@ def _remove_new_dirs(rec: dict[str, Any]) -> None:
 
 
 def _write_new(tmp: Path, target: Path, data: bytes) -> None:
+    """Write the temp file itself (no second temp beside it: its name is in the journal,
+    so an interrupted write is found and removed; the usual mode, 0666 minus umask)."""
     tmp.parent.mkdir(parents=True, exist_ok=True)
-    fsutil.atomic_write_bytes(tmp, data)
+    with open(tmp, "xb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
     if target.exists():
         # The new version keeps the user's file mode (an executable stays executable).
         shutil.copymode(target, tmp)
@@ -219,11 +244,72 @@ def _explain(exc: BaseException) -> BaseException:
     return exc
 
 
-def _save_journal(jdir: Path, state: str, recs: list[dict[str, Any]]) -> None:
-    ops = [{k: v for k, v in rec.items() if not k.startswith("_")} for rec in recs]
+def _save_journal(jdir: Path, state: str, recs: list[dict[str, Any]], root: Path) -> None:
+    ops = [
+        {k: _stored(v, root) if k in _PATH_KEYS else v for k, v in rec.items() if k[0] != "_"}
+        for rec in recs
+    ]
     when = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-    body = {"state": state, "prepared_at": when, "ops": ops}
+    body = {
+        "version": _VERSION,
+        "state": state,
+        "prepared_at": when,
+        # Where the project root is seen from the journal's folder: recovery finds the
+        # root again wherever the project has been moved or copied since.
+        "root": os.path.relpath(root, jdir.parent),
+        "ops": ops,
+    }
     fsutil.atomic_write_text(jdir / "journal.json", json.dumps(body, indent=1))
+
+
+def _stored(path: str | None, root: Path) -> str | None:
+    """A path as journal.json keeps it: relative (posix) inside the project root, absolute
+    outside it (a symlinked memory file's target)."""
+    if path is None or not Path(path).is_relative_to(root):
+        return path
+    return Path(path).relative_to(root).as_posix()
+
+
+def _loaded(jdir: Path, journal: dict[str, Any], root: Path | None) -> list[dict[str, Any]]:
+    """journal.json's operations with absolute paths in the project as it is now."""
+    ops: list[dict[str, Any]] = journal["ops"]
+    for rec in ops:
+        rec.setdefault("link", None)
+    if journal.get("version", 1) >= _VERSION:
+        base = Path(os.path.normpath(jdir.parent / journal["root"]))
+        for rec in ops:
+            for key in _PATH_KEYS:
+                if rec.get(key) is not None:
+                    rec[key] = str(base / rec[key])  # an absolute one stays as it is
+        return ops
+    _refuse_if_elsewhere(jdir, ops, Path(root or jdir.parent))
+    return ops
+
+
+def _refuse_if_elsewhere(jdir: Path, ops: list[dict[str, Any]], root: Path) -> None:
+    """An older journal's absolute paths are this project's when its backups are in this
+    journal folder and every target without a backup is inside the project root."""
+    here = os.path.realpath(jdir)
+    top = os.path.realpath(root)
+    foreign = [
+        rec["target"]
+        for rec in ops
+        if (
+            os.path.realpath(Path(rec["backup"]).parent.parent) != here
+            if rec.get("backup")
+            else not Path(os.path.realpath(rec["target"])).is_relative_to(top)
+        )
+    ]
+    if foreign:
+        where = os.path.commonpath(foreign)
+        raise JournalElsewhere(
+            f"{jdir / 'journal.json'}: this interrupted apply was prepared by an older "
+            f"ralph-index for the files under {where}, not this project ({top}): the project "
+            "was moved or copied with it pending. Nothing was changed. Fix: run `ralph compact "
+            "--recover` (or --rollback) in the folder it was prepared in (move the project "
+            "back there if it was moved); in a copy whose original is recovered, check the "
+            f"memory files and remove {jdir}"
+        )
 
 
 def _perform(rec: dict[str, Any]) -> None:
@@ -245,11 +331,35 @@ def _fault_point(done: int) -> None:
 def _discard(jdir: Path, ops: list[dict[str, Any]]) -> None:
     """Undo an apply that never reached its renames: remove the temp files and the journal.
     Targets are never touched (a half-copied backup must never be "restored")."""
+    _remove_stray_temps(ops)
     for rec in ops:
         if rec["tmp"]:
             Path(rec["tmp"]).unlink(missing_ok=True)
         _remove_new_dirs(rec)
     shutil.rmtree(jdir, ignore_errors=True)
+
+
+# mkstemp's part of a temp file's name: "." + 8 random characters + ".tmp".
+_MKSTEMP_TAIL = len(".12345678.tmp")
+
+
+def _remove_stray_temps(ops: list[dict[str, Any]]) -> None:
+    """Remove the hidden temp files (`.<tmp name>.<random>.tmp`) that older versions wrote
+    each `.ralph-new` file through (fsutil.atomic_write_bytes): a kill while writing one
+    left it behind, unnamed by the journal but named after an entry of it."""
+    wanted: dict[Path, set[str]] = {}
+    for rec in ops:
+        if rec["tmp"]:
+            tmp = Path(rec["tmp"])
+            wanted.setdefault(tmp.parent, set()).add(tmp.name)
+    for folder, names in wanted.items():
+        try:
+            present = os.listdir(folder)  # one listing per folder, not one per entry
+        except OSError:
+            continue
+        for name in present:
+            if name.startswith(".") and name.endswith(".tmp") and name[1:-_MKSTEMP_TAIL] in names:
+                (folder / name).unlink(missing_ok=True)
 
 
 def _before(rec: dict[str, Any]) -> str | None:
@@ -333,6 +443,7 @@ def _undo(jdir: Path, ops: list[dict[str, Any]]) -> str:
             else:
                 tmp.unlink()
         _remove_new_dirs(rec)
+    _remove_stray_temps(ops)
     done = f"rolled back an interrupted apply ({len(ops)} file operations)"
     if not changed:
         shutil.rmtree(jdir, ignore_errors=True)
@@ -346,10 +457,11 @@ def _undo(jdir: Path, ops: list[dict[str, Any]]) -> str:
     )
 
 
-def recover(journal_root: Path, *, rollback: bool = False) -> str | None:
+def recover(journal_root: Path, *, rollback: bool = False, root: Path | None = None) -> str | None:
     """Finish (default) or undo an interrupted apply. Returns what was done, or None.
     Raises JournalConflict (nothing changed) when finishing would overwrite a file changed
-    after the journal was prepared."""
+    after the journal was prepared, JournalElsewhere when an older version's journal names
+    another folder's files. `root`: the project root (default: the journal root)."""
     jdir = pending(journal_root)
     if jdir is None:
         return None
@@ -359,9 +471,7 @@ def recover(journal_root: Path, *, rollback: bool = False) -> str | None:
         # journal.json is written (atomically) before any temp file: nothing was written.
         shutil.rmtree(jdir, ignore_errors=True)
         return "discarded an apply that had not started writing"
-    ops = journal["ops"]
-    for rec in ops:
-        rec.setdefault("link", None)
+    ops = _loaded(jdir, journal, root)
     with stopsignals.deferred():
         if journal["state"] != "prepared":
             _discard(jdir, ops)

@@ -21,6 +21,7 @@ from orchestrator.run.check_state import (
     read_or_none,
     reference_bytes,
     restore,
+    unswap,
 )
 
 
@@ -58,6 +59,9 @@ def _repair_references(
     tried = False
     for index_path, data in snap.references.items():
         now = after.get(index_path)
+        if now is None and _unswap_reference(project, report, index_path, data):
+            tried = True
+            continue
         if now is None:
             report.add(
                 "reference_deleted",
@@ -88,6 +92,18 @@ def _repair_references(
         tried = True
         restore(project, report, target, data)
     return tried
+
+
+def _unswap_reference(project: Project, report: CheckReport, index_path: str, data: bytes) -> bool:
+    """A reference the agent replaced by a symlink out of the folder (or a FIFO...): put
+    back as a regular file in place (check_state.unswap). Only when the folder holding it
+    is still inside the references folder: a swapped folder is never written into."""
+    path = project.root / index_path
+    inside = os.path.realpath(project.references.dir)
+    where = os.path.realpath(path.parent)
+    if where != inside and not where.startswith(inside + os.sep):
+        return False
+    return unswap(project, report, path, data, None, "reference_replaced")
 
 
 def _restore_rows(

@@ -5,13 +5,18 @@ ours back atomically). The checks themselves are in `checks.py` and `check_refs.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
+import errno
+import os
+import stat
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from orchestrator import fsutil, git, redact
-from orchestrator.errors import InputError
+from orchestrator.errors import FileError, InputError
 from orchestrator.log import get_logger
 from orchestrator.memory.findings import Finding, Severity
 from orchestrator.memory.prd import Prd
@@ -46,6 +51,10 @@ class Snapshot:
     # The references as read for `references`, by stat: the checks after the agent read
     # again only the files whose stat changed.
     seen: Seen = field(default_factory=Seen, compare=False, repr=False)
+    # What prd.json and progress.txt were symlinks to (os.readlink), None for a regular
+    # file: a link the agent made or re-pointed is never written through (see unswap).
+    prd_link: str | None = None
+    progress_link: str | None = None
 
 
 class GitState(NamedTuple):
@@ -69,7 +78,12 @@ class PrdState:
     def read(cls, path: Path, before: PrdState | None = None) -> PrdState:
         """`before`: prd.json as read earlier; the same text keeps its parse (a Prd is never
         edited in place: changes go to a new parse)."""
-        text = read_or_none(path)
+        try:
+            text = read_or_none(path)
+        except FileError as exc:
+            if exc.errno != errno.EINVAL:  # not a FIFO, device or socket: a real failure
+                raise
+            return cls(None, None, str(exc))  # the checks put the file back (unswap)
         if text is None:  # missing, or a folder: Prd.load's message says which
             try:
                 Prd.load(path)
@@ -221,44 +235,123 @@ def snapshot(
         prd_error=before.error,
         progress=progress,
         seen=seen,
+        prd_link=link_of(project.prd_path),
+        progress_link=link_of(project.progress_path),
     )
+
+
+def link_of(path: Path) -> str | None:
+    """Where the symlink `path` points (as written in the link); None when not a link."""
+    try:
+        return os.readlink(path)
+    except OSError:  # absent, or not a symlink
+        return None
 
 
 # --------------------------------------------------------------------------- repairs
 
 
 def _backup_agent_version(project: Project, report: CheckReport, path: Path) -> None:
-    """Keep the agent's version of a file we are about to repair, under <logs>/backups/.
+    """Keep the agent's version of a file we are about to repair, under <logs>/backups/."""
+    if not path.is_file():
+        return
+    _keep_backup(project, report, path.name, fsutil.read_text(path))
+
+
+def _keep_backup(project: Project, report: CheckReport, name: str, text: str) -> None:
+    """Write `text` as the backup `name` of this story under <logs>/backups/.
 
     The name is built from the story id, which is user text (`API/006`, `../../x`), so it
     goes through fsutil.safe_name; the copy goes to a fresh name, never over an older one."""
-    if not path.is_file():
-        return
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
     folder = project.logs_dir / "backups"
     stem = fsutil.safe_name(f"{stamp}-{report.story_id}")
-    target = folder / f"{stem}-{fsutil.safe_name(path.name)}"
+    target = folder / f"{stem}-{fsutil.safe_name(name)}"
     n = 1
     while target.exists():
-        target = folder / f"{stem}-{n}-{fsutil.safe_name(path.name)}"
+        target = folder / f"{stem}-{n}-{fsutil.safe_name(name)}"
         n += 1
     ensure_logs_dir(project)
     folder.mkdir(parents=True, exist_ok=True)
     # Redacted like every file under the logs: a secret the agent wrote into the memory
     # must not survive in our copy (the user's file itself is restored, not redacted).
-    redact.write_text(target, fsutil.read_text(path))
+    redact.write_text(target, text)
     report.backups.append(project.rel(target))
 
 
-def restore(project: Project, report: CheckReport, path: Path, data: str | bytes) -> None:
-    # The restore matters more than the backup: a failure to keep the agent's version (disk
-    # full, an unwritable logs folder) is reported, never allowed to stop the repair.
-    # A second repair of the same file (history, then an index row) keeps only the first
-    # backup: that one is the agent's version, the later one would be our own.
-    first = project.rel(path) not in report.restored_files
+def swapped(path: Path, link_before: str | None) -> str | None:
+    """What the agent left at `path` in place of the file the snapshot saw, when writing
+    there would go somewhere else or block: "a symlink to X" (a link it made or re-pointed),
+    "a FIFO (named pipe)", a device, a socket. None for a regular file, the snapshot's own
+    link, a folder (reported by the reads) or nothing at all."""
     try:
-        if first:
-            _backup_agent_version(project, report, path)
+        st = os.lstat(path)
+    except OSError:
+        return None
+    if stat.S_ISLNK(st.st_mode):
+        target = os.readlink(path)
+        return None if target == link_before else f"a symlink to {target}"
+    if stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode):
+        return None
+    return fsutil.kind_of(st.st_mode)
+
+
+def unswap(
+    project: Project,
+    report: CheckReport,
+    path: Path,
+    data: str | bytes | None,
+    link_before: str | None,
+    kind: str = "",
+) -> bool:
+    """Put back the file the snapshot saw when the agent replaced it by a symlink of its own
+    or a FIFO/device/socket (see `swapped`); True when it did. The replacement is never read
+    nor written through: a link's target outside the project stays untouched, a FIFO would
+    block. The link's target is kept as a backup note; `data` None (no file before) removes
+    the replacement; the user's own link, when the agent re-pointed it, is put back.
+    `kind`: the finding's kind (default `<file stem>_replaced`)."""
+    what = swapped(path, link_before)
+    if what is None:
+        return False
+    # Named by its folder: project.rel resolves, and this path is a link out of the project.
+    shown = (Path(project.rel(path.parent)) / path.name).as_posix()
+    if what.startswith("a symlink"):
+        with _reported_backup_failure(project, report, path):
+            _keep_backup(project, report, f"{path.name}.symlink.txt", f"{shown}: {what}\n")
+    if link_before is not None:
+        fresh = path.with_name(f".{path.name}.ralph-link")
+        fresh.unlink(missing_ok=True)
+        os.symlink(link_before, fresh)
+        os.replace(fresh, path)
+        put_back = f"its symlink to {link_before} was put back"
+    elif data is not None:
+        raw = data.encode("utf-8", errors="surrogateescape") if isinstance(data, str) else data
+        fsutil.atomic_write_bytes(path, raw, follow=False)
+        put_back = "the previous version was restored as a regular file"
+    else:
+        os.unlink(path)
+        put_back = "it was removed (there was no such file before)"
+    untouched = " (the link's target was neither read nor changed)" if "symlink" in what else ""
+    report.add(
+        kind or f"{fsutil.safe_name(path.stem)}_replaced",
+        "error",
+        f"the agent replaced {shown} with {what}; {put_back}{untouched}",
+        f"never replace {path.name}: edit it in place",
+        shown,
+    )
+    report.restored = True
+    if shown not in report.restored_files:
+        report.restored_files.append(shown)
+    log.info("checks.unswapped", path=str(path), story=report.story_id, was=what)
+    return True
+
+
+@contextlib.contextmanager
+def _reported_backup_failure(project: Project, report: CheckReport, path: Path) -> Iterator[None]:
+    """A failure to keep the agent's version (disk full, an unwritable logs folder) is
+    reported, never allowed to stop the repair."""
+    try:
+        yield
     except OSError as exc:
         log.warning("checks.backup_failed", path=str(path), error=str(exc))
         report.add(
@@ -268,6 +361,17 @@ def restore(project: Project, report: CheckReport, path: Path, data: str | bytes
             f"check that {project.rel(project.logs_dir)}/backups/ is writable",
             project.rel(path),
         )
+
+
+def restore(project: Project, report: CheckReport, path: Path, data: str | bytes) -> None:
+    # The restore matters more than the backup: a failure to keep the agent's version (disk
+    # full, an unwritable logs folder) is reported, never allowed to stop the repair.
+    # A second repair of the same file (history, then an index row) keeps only the first
+    # backup: that one is the agent's version, the later one would be our own.
+    first = project.rel(path) not in report.restored_files
+    if first:
+        with _reported_backup_failure(project, report, path):
+            _backup_agent_version(project, report, path)
     if isinstance(data, str):
         fsutil.atomic_write_text(path, data)
     else:

@@ -16,7 +16,9 @@ reference was removed; a passed story was committed and left a clean working tre
 Users' history is precious, so losses are repaired, not just reported: lost progress.txt
 lines are put back (the agent's additions are kept after them), a deleted or wiped
 reference, a removed index row and a deleted progress.txt are restored, a broken prd.json
-is replaced by the snapshot (with the story's pass kept when it can be). The agent's version
+is replaced by the snapshot (with the story's pass kept when it can be). prd.json or
+progress.txt replaced by a symlink the agent made (or a FIFO) is put back as the regular file
+it was, never read nor written through. The agent's version
 is saved under `<log dir>/backups/` first (a failure there is reported, never allowed to stop
 the repair) and the report says `restored: true`. Every write is atomic.
 """
@@ -42,6 +44,7 @@ from orchestrator.run.check_state import (
     read_or_none,
     restore,
     snapshot,
+    unswap,
 )
 
 __all__ = ["CheckReport", "Finding", "Snapshot", "merge_history", "snapshot", "verify"]
@@ -299,6 +302,12 @@ def verify(
     story_id = story if isinstance(story, str) else story.id
     title = "" if isinstance(story, str) else story.title
     report = CheckReport(story_id=story_id)
+    # First of all, before any read: a symlink the agent put in place of prd.json or
+    # progress.txt would have the repairs below write through it (out of the project), a
+    # FIFO would block their reads.
+    if unswap(project, report, project.prd_path, snap.prd_text, snap.prd_link):
+        after = snap.prd_state
+    unswap(project, report, project.progress_path, snap.progress_text, snap.progress_link)
     _check_prd(snap, project, report, after or PrdState.read(project.prd_path))
     progress = _check_progress(snap, project, report)
     check_references(snap, project, report, progress)

@@ -300,7 +300,7 @@ def _nest(out: CompactPlan, work: _Work, limit: int) -> None:
 
 
 def apply(project: Project, p: CompactPlan) -> None:
-    txn = Transaction(project.ralph_dir)
+    txn = Transaction(project.ralph_dir, project.root)
     for path, text in p.writes.items():
         if text is None:
             txn.delete(path)

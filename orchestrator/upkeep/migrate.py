@@ -452,7 +452,7 @@ def apply(project: Project, migration: Migration) -> None:
     """Write everything in one journalled transaction (see memory.journal.Transaction)."""
     if not migration.writes:
         return
-    txn = Transaction(project.ralph_dir)
+    txn = Transaction(project.ralph_dir, project.root)
     for path, text in migration.writes.items():
         txn.write(path, text)
     txn.commit()
