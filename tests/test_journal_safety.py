@@ -71,6 +71,10 @@ def test_pending_journal_stops_writers_and_recovery_never_overwrites(tmp_path: P
     root = make_project(tmp_path / "p", 4, config={"log": {"keep_entries": 1}})
     assert ralph(root, "run", "--tool", "sim", "2").returncode == 1  # two entries logged
     progress = root / RD / "progress.txt"
+    # An index (empty): compact rotates the entries of an indexed log only.
+    head, rest = progress.read_text().split("---\n", 1)
+    index = "\n## Progress Index\n| Topic | Reference Path |\n|---|---|\n"
+    progress.write_text(f"{head}---\n{index}{rest}")
     # Killed after its first rename (the archive file), before progress.txt's.
     killed = ralph(root, "compact", "--apply", RALPH_TEST_KILL_AFTER_RENAMES="1")
     assert killed.returncode == -signal.SIGKILL
