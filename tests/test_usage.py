@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from run_helpers import RALPH, env  # noqa: E402
+from run_helpers import RALPH, env, git, iterations, make_project, ralph  # noqa: E402
 
 from orchestrator.agents.amp import AmpAgent
 from orchestrator.agents.base import get_agent
@@ -638,3 +638,108 @@ def test_ralph_compact_keeps_a_reference_missed_recently(tmp_path: Path) -> None
         outs.append(res.stdout)
     assert "archive (stale): Legacy payments" in outs[0]
     assert "Legacy payments" not in outs[1]
+
+
+# ---- through `ralph run` ---------------------------------------------------------------------
+
+# What an agent ran, and what it opened (only the braces' and the `cd`'s references were read
+# for a topic; the glob over the folder and the search of it open all, miss none).
+_RUN_COMMANDS = [
+    "grep -n 'ralph/references/auth.md' scripts/ralph/progress.txt",  # a pattern, not a read
+    "nl -ba scripts/ralph/progress.txt | sed -n '1,8p'",  # the index: a partial read
+    "cat scripts/ralph/progress.txt | head -12",
+    "cat ralph/references/{deploy,payments}.md",
+    "cat ralph/references/*.md | head -40",
+    "grep -rn bcrypt ralph/references/",
+    "timeout 5 cat ralph/references/gone.md",  # no such reference
+    "cd ralph/references && cat db.md",
+    "cat < scripts/ralph/progress.txt",  # the whole log: against the indexed template's rule
+]
+
+
+def _claude_stream(commands: list[str]) -> str:
+    def call(n: int, name: str, tool_input: dict[str, Any]) -> list[dict[str, Any]]:
+        block = {"type": "tool_use", "id": f"toolu_{n}", "name": name, "input": tool_input}
+        done = {"type": "tool_result", "tool_use_id": f"toolu_{n}", "content": "ok"}
+        return [
+            {"type": "assistant", "message": {"id": f"msg_{n}", "content": [block]}},
+            {"type": "user", "message": {"role": "user", "content": [done]}},
+        ]
+
+    events: list[dict[str, Any]] = [{"type": "system", "subtype": "init", "session_id": "s"}]
+    for n, command in enumerate(commands):
+        events += call(n, "Bash", {"command": command})
+    events += call(len(commands), "Grep", {"pattern": "bcrypt", "path": "ralph/references"})
+    events += call(
+        len(commands) + 1, "Read", {"file_path": "scripts/ralph/progress.txt", "limit": 12}
+    )
+    result = {"type": "result", "subtype": "success", "is_error": False, "result": "Done."}
+    usage_ = {"input_tokens": 100, "output_tokens": 10}
+    return "\n".join(json.dumps(e) for e in [*events, {**result, "usage": usage_}]) + "\n"
+
+
+def _codex_stream(commands: list[str]) -> str:
+    """Codex exec's items, as codex 0.171 prints them: the command wrapped in `bash -lc`,
+    and no workdir (the last command ran in the references folder: `cat deploy.md`)."""
+    events: list[dict[str, Any]] = [{"type": "thread.started", "thread_id": "t"}]
+    for n, command in enumerate([*commands, "cat deploy.md"]):
+        item = {
+            "id": f"item_{n}",
+            "type": "command_execution",
+            "command": f"/bin/bash -lc {shlex.quote(command)}",
+            "aggregated_output": "",
+            "exit_code": 0,
+            "status": "completed",
+        }
+        events += [
+            {"type": "item.started", "item": {**item, "status": "in_progress"}},
+            {"type": "item.completed", "item": item},
+        ]
+    events += [
+        {"type": "item.completed", "item": {"id": "m", "type": "agent_message", "text": "Done."}},
+        {"type": "turn.completed", "usage": {"input_tokens": 100, "output_tokens": 10}},
+    ]
+    return "\n".join(json.dumps(e) for e in events) + "\n"
+
+
+@pytest.mark.parametrize("tool", ["claude", "codex"])
+def test_ralph_run_records_the_references_an_agent_read(tmp_path: Path, tool: str) -> None:
+    """A real `ralph run` with a stand-in CLI replaying a stream of the agent's shape: the
+    ledger's record names the references read for a topic as misses, the folder's sweeps
+    as opened only, nothing for a grep pattern or a missing file, and one whole read of
+    progress.txt (the `cat <`), not the index reads piped into sed/head."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "fakes"))
+    from install import install
+
+    root = make_project(tmp_path / "p", n=1, config={"tool": tool, "mode": "indexed"})
+    topics = {"Auth": "auth", "Database": "db", "Deployment": "deploy", "Payments": "payments"}
+    rows = "".join(f"| {t} | ralph/references/{f}.md |\n" for t, f in topics.items())
+    (root / "scripts/ralph/progress.txt").write_text(
+        "# Ralph Progress Log\nStarted: today\n---\n\n## Progress Index\n"
+        f"| Topic | Reference Path |\n|---|---|\n{rows}"
+    )
+    for topic, name in topics.items():
+        path = root / REFS / f"{name}.md"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"# {topic}\n\n- [US-000] {topic.lower()} notes\n")
+    git(root, "add", "-A")
+    git(root, "commit", "-qm", "memory")
+    stream = tmp_path / "stream.jsonl"
+    stream.write_text((_claude_stream if tool == "claude" else _codex_stream)(_RUN_COMMANDS))
+    bin_dir = install(tmp_path / "bin", tool).parent
+
+    res = ralph(
+        root,
+        "run",
+        "1",
+        PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        FAKE_TRANSCRIPT=str(stream),
+    )
+    [rec] = iterations(root)
+    assert rec["agent"] == tool, res.stdout + res.stderr
+    refs = {name: f"{REFS}/{name}.md" for name in topics.values()}
+    named = [refs["deploy"], refs["payments"], refs["db"]]
+    assert rec["opened_references"] == [*named[:2], refs["auth"], refs["db"]]
+    assert rec["missed_references"] == [p for p in named if p not in rec["selected_references"]]
+    assert rec["untouched_references"] == []
+    assert rec["progress_reads"] == 1
