@@ -365,6 +365,26 @@ def test_a_search_of_the_references_folder_opens_each_and_misses_none(demo: Path
     assert _use(demo, *found)["opened_references"][0] == f"{REFS}/auth.md"
 
 
+def test_a_sweep_does_not_open_a_reference_the_agent_wrote(demo: Path) -> None:
+    """The folder is matched as it is after the iteration: a reference the agent updated
+    (perhaps created after its `cat r/*.md`) is not credited to the sweep; a read naming it
+    still counts."""
+    fields = _fields(
+        [FileRead(f"{REFS}/*.md", True)],
+        inlined=[],
+        updated=(f"{REFS}/db.md", "deploy.md"),
+        root=demo,
+    )
+    assert fields["opened_references"] == [f"{REFS}/auth.md", f"{REFS}/payments.md"]
+    named = _fields(
+        [FileRead(REFS, False), FileRead(f"{REFS}/db.md", True)],
+        inlined=[],
+        updated=(f"{REFS}/db.md",),
+        root=demo,
+    )
+    assert named["missed_references"] == [f"{REFS}/db.md"]
+
+
 def test_only_existing_references_are_recorded(demo: Path) -> None:
     fields = _use(
         demo,

@@ -133,15 +133,20 @@ def ledger_fields(
     wildcard matching several references (`cat ralph/references/*.md`) opens each of them
     but misses none: the agent swept the folder rather than looked for a topic the prompt
     left out, and counting every reference as a miss would give all of them the same
-    prior, which ranks nothing."""
+    prior, which ranks nothing. References the agent updated are left out of its sweeps:
+    the folder is read as it is after the iteration, and a sweep may have come before the
+    agent wrote that reference."""
     if reads is None:
         return {}
     folder = ReferenceFolder(root, refs_dir)
+    changed = [index_path(p, refs_dir) for p in updated]
     opened: list[str] = []
     targeted: set[str] = set()
     progress = 0
     for raw, whole in reads:
         for rel, swept in folder.expand(raw):
+            if swept and rel in changed:
+                continue  # the folder is matched as it is now: a sweep may predate this file
             opened.append(rel)
             if not swept:
                 targeted.add(rel)
@@ -150,7 +155,7 @@ def ledger_fields(
     use = reconcile(
         [index_path(p, refs_dir) for p in inlined],
         opened,
-        [index_path(p, refs_dir) for p in updated],
+        changed,
         searched=set(opened) - targeted,
     )
     return {
