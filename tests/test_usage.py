@@ -357,6 +357,12 @@ def test_a_search_of_the_references_folder_opens_each_and_misses_none(demo: Path
     ]
     assert fields["missed_references"] == []
     assert fields["untouched_references"] == [f"{REFS}/ui.md"]
+    # Aged references in the archive are swept only by a search of the archive itself.
+    (demo / REFS / "archive").mkdir()
+    (demo / REFS / "archive" / "old.md").write_text("# old\n")
+    assert len(_use(demo, (REFS, False), (f"{REFS}/**/*.md", True))["opened_references"]) == 4
+    aged = _use(demo, (f"{REFS}/archive", False), (f"{REFS}/archive/*.md", True))
+    assert aged["opened_references"] == [f"{REFS}/archive/old.md"]
     # A search, then a read of one of them: that read is a miss.
     later = _use(demo, (REFS, False), (f"{REFS}/db.md", False))
     assert later["missed_references"] == [f"{REFS}/db.md"]

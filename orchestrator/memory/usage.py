@@ -3,7 +3,9 @@
 An agent's stream shows the files it opened (the adapters read it: `Agent.file_reads`).
 Set beside what the prompt inlined and what the agent updated, that says:
 - a *miss*: a reference it opened although the prompt did not inline it (the selector left
-  out something the agent went looking for);
+  out something the agent went looking for). A sweep of the folder (`grep -r x
+  ralph/references`, `cat ralph/references/*.md` matching several) opens each reference it
+  reaches but misses none: the agent searched, it did not look for a left-out topic;
 - *untouched*: an inlined reference it neither opened nor updated (its content was in the
   prompt, so not opening it is no fault: this only says the inlining was not followed up).
 Each iteration record carries these as optional keys (`opened_references`,
@@ -14,7 +16,8 @@ Misses feed back: `prior_from_ledger` turns recent misses into a per-reference p
 the selector adds to a reference's relevant items, and `ralph compact` keeps a reference
 opened recently from ageing out.
 
-Pure apart from `Path.resolve` of the project root and `prior_of`'s read of the ledger.
+Pure apart from `Path.resolve` of the project root, the look at the references folder
+(which reads exist, what a glob or a folder holds) and `prior_of`'s read of the ledger.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ from orchestrator.log import get_logger
 
 log = get_logger()
 
+# Aged references, inside the references folder (`ralph compact` moves them there).
+ARCHIVE_DIR = "archive"
 # Ledger keys (all optional on an iteration record).
 OPENED = "opened_references"
 MISSED = "missed_references"
@@ -174,6 +179,7 @@ class ReferenceFolder:
     def __init__(self, root: Path, refs_dir: str) -> None:
         self.root = root
         self.refs_dir = PurePosixPath(os.path.normpath(refs_dir)).as_posix()
+        self.archive = f"{self.refs_dir}/{ARCHIVE_DIR}"
         self._files: list[str] | None = None
 
     def files(self) -> list[str]:
@@ -192,7 +198,7 @@ class ReferenceFolder:
             if rel is None:
                 continue
             if _has_wildcard(rel):
-                found = [f for f in self.files() if glob_match(rel, f)]
+                found = [f for f in self._swept(rel) if glob_match(rel, f)]
                 out += [(f, len(found) > 1) for f in found]
             else:
                 out += self._literal(rel, relative=not alt.strip().startswith("/"))
@@ -218,9 +224,16 @@ class ReferenceFolder:
         if is_reference(rel, self.refs_dir) and path.is_file():
             return [(PurePosixPath(rel).as_posix(), False)]
         if _within(rel, self.refs_dir) and path.is_dir():
-            prefix = "" if rel == self.refs_dir else rel + "/"
-            return [(f, True) for f in self.files() if f.startswith(prefix)]
+            return [(f, True) for f in self._swept(rel) if _within(f, rel)]
         return None
+
+    def _swept(self, named: str) -> list[str]:
+        """The references a sweep of `named` (a folder or a glob) may reach: aged ones in
+        the archive only when it names the archive (a search of the folder that also went
+        through the archive was not after an aged reference)."""
+        if _within(named, self.archive):
+            return self.files()
+        return [f for f in self.files() if not _within(f, self.archive)]
 
     def names(self, raw: str, path: str) -> bool:
         """Whether a read of `raw` (braces and globs included) is a read of `path`."""
