@@ -7,15 +7,17 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from run_helpers import RALPH, env  # noqa: E402
+from run_helpers import RALPH, env, git, iterations, make_project, ralph  # noqa: E402
 
 from orchestrator.agents.amp import AmpAgent
 from orchestrator.agents.base import get_agent
@@ -50,16 +52,38 @@ def _claude_read_of(path: str, **extra: object) -> str:
 
 
 def _fields(
-    reads: list[FileRead] | None, inlined: list[str], updated: tuple[str, ...] = ()
+    reads: list[FileRead] | None,
+    inlined: list[str],
+    updated: tuple[str, ...] = (),
+    root: Path = ROOT,
 ) -> dict[str, Any]:
     return usage.ledger_fields(
         reads,
         inlined=inlined,
         updated=updated,
-        root=ROOT,
+        root=root,
         refs_dir=REFS,
         progress_path="progress.txt",
     )
+
+
+@pytest.fixture
+def demo(tmp_path: Path) -> Path:
+    """A project with the references the recorded session's paths name (only existing
+    references are recorded), at a path of its own: tests put it in place of ROOT."""
+    root = tmp_path / "demo"
+    for name in ("auth", "db", "deploy", "payments"):
+        path = root / REFS / f"{name}.md"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"# {name}\n- [US-001] about {name}\n")
+    entries = "".join(f"## 2026-01-{n:02} - US-{n:03}\n- done\n---\n" for n in range(1, 11))
+    (root / "progress.txt").write_text(f"# Ralph Progress Log\n## Progress Index\n{entries}")
+    return root
+
+
+def _at(text: str, root: Path) -> str:
+    """A recorded stream with the session's project root moved to `root`."""
+    return text.replace(str(ROOT), str(root))
 
 
 # ---- the agents' streams ---------------------------------------------------------------------
@@ -80,7 +104,7 @@ def test_the_recorded_claude_story_reads_prd_and_the_whole_progress_log() -> Non
     }
 
 
-def test_claude_reads_of_references_in_every_form_are_one_path_each() -> None:
+def test_claude_reads_of_references_in_every_form_are_one_path_each(demo: Path) -> None:
     text = "\n".join(
         [
             _fixture(CLAUDE_STORY),
@@ -92,9 +116,11 @@ def test_claude_reads_of_references_in_every_form_are_one_path_each() -> None:
             _claude_read_of("/home/user/demo/ralph/referencesx/z.md"),  # not the folder
             _claude_read_of("/home/user/demo/docs/references/w.md"),
             _claude_read_of("/home/user/demo/progress.txt", limit=12),  # the index only
+            _claude_read_of("/home/user/demo/ralph/references/gone.md"),  # no such reference
         ]
     )
-    fields = _fields(ClaudeAgent().file_reads(text), inlined=["ralph/references/db.md", "ui.md"])
+    reads = ClaudeAgent().file_reads(_at(text, demo))
+    fields = _fields(reads, inlined=["ralph/references/db.md", "ui.md"], root=demo)
     assert fields["opened_references"] == ["ralph/references/auth.md", "ralph/references/db.md"]
     assert fields["missed_references"] == ["ralph/references/auth.md"]
     # A bare index path names a file in the references folder.
@@ -108,7 +134,7 @@ def test_an_updated_reference_is_not_untouched() -> None:
     assert fields["missed_references"] == []
 
 
-def test_the_recorded_codex_session_ran_no_command_and_read_nothing() -> None:
+def test_the_recorded_codex_session_ran_no_command_and_read_nothing(demo: Path) -> None:
     text = _fixture(CODEX_STORY)
     assert CodexAgent().file_reads(text) == []  # known: none (not unknown)
     # The same stream with a command item of the shape codex exec prints.
@@ -124,7 +150,7 @@ def test_the_recorded_codex_session_ran_no_command_and_read_nothing() -> None:
     done = json.dumps({"type": "item.completed", "item": item})
     reads = CodexAgent().file_reads("\n".join([text, started, done]))
     assert reads == [FileRead("ralph/references/db.md", True), FileRead("progress.txt", False)]
-    assert _fields(reads, inlined=[])["missed_references"] == ["ralph/references/db.md"]
+    assert _fields(reads, inlined=[], root=demo)["missed_references"] == ["ralph/references/db.md"]
 
 
 def test_amp_streams_claude_shapes_with_its_own_bash_input() -> None:
@@ -174,13 +200,67 @@ def test_agents_whose_output_shows_no_tool_calls_know_nothing() -> None:
 @pytest.mark.parametrize(
     ("command", "expected"),
     [
-        ("cat a.md | head -3", [("a.md", True)]),
+        ("cat a.md | sort", [("a.md", True)]),
         ("head -n 20 p.txt; tail p.txt", [("p.txt", False), ("p.txt", False)]),
         ("cat >> progress.txt <<'EOF'\ncat b.md\nEOF", []),  # a write and a here-document
         ("cat a.md > b.md 2>/dev/null", [("a.md", True)]),  # the redirect target is written
         ("git add -A -- r/x.md && git commit -m 'cat y.md'", []),
         ('sh -c "grep -n foo r/x.md"', [("r/x.md", False)]),
         ("cat 'unclosed.md", [("'unclosed.md", True)]),
+        # grep/rg/sed/awk: the first operand is the pattern or script, unless -e/-f gave it
+        (
+            "grep -n 'ralph/references/a.md' scripts/ralph/progress.txt",
+            [("scripts/ralph/progress.txt", False)],
+        ),
+        ("grep -A 3 -m1 'r/a.md' p.txt", [("p.txt", False)]),
+        ("grep -e r/a.md -e x r/b.md", [("r/b.md", False)]),
+        ("rg --regexp=x r/a.md", [("r/a.md", False)]),
+        ("egrep -rn '^## Progress Index$' p.txt", [("p.txt", False)]),
+        (
+            "sed -n '/r\\/a.md/p' p.txt; awk -f prog.awk r/b.md",
+            [("p.txt", False), ("r/b.md", False)],
+        ),
+        # a whole-file reader piped into a filter reads part; `< x`, `tail -n +1` read all
+        ("nl -ba p.txt | sed -n '1,8p'", [("p.txt", False)]),
+        ("cat p.txt 2>&1 | head -12", [("p.txt", False)]),
+        ("cat p.txt |& grep -c x", [("p.txt", False)]),
+        ("cat < p.txt; head -5 < p.txt", [("p.txt", True), ("p.txt", False)]),
+        (
+            "tail -n +1 p.txt; tail -n+2 p.txt; tail -n 1 p.txt",
+            [("p.txt", True), ("p.txt", False), ("p.txt", False)],
+        ),
+        ("bat -r 1:9 a.md; bat --style=plain a.md", [("a.md", False), ("a.md", True)]),
+        # globs and braces are kept as written (memory.usage expands them)
+        ("cat r/*.md r/{a,b}.md", [("r/*.md", True), ("r/{a,b}.md", True)]),
+        # folders searched, wrappers, find, xargs
+        ("grep -rn bcrypt ralph/references/", [("ralph/references/", False)]),
+        ("rg bcrypt ralph/references; rg --files r", [("ralph/references", False)]),
+        (
+            "timeout 5 cat x.md; env -u A LC_ALL=C grep -n y r/a.md",
+            [("x.md", True), ("r/a.md", False)],
+        ),
+        ("LC_ALL=C nice -n 5 nohup time cat a.md", [("a.md", True)]),
+        ("command -v cat; command cat a.md", [("a.md", True)]),
+        ('find r -name "*.md" -exec cat {} +', [("r/**/*.md", True)]),
+        (
+            "find r s -name a.md -execdir grep -l x {} \\;",
+            [("r/**/a.md", False), ("s/**/a.md", False)],
+        ),
+        ("find r -type f | xargs -0 cat", [("r/**/*", True)]),
+        ("ls r/*.md | xargs -I{} head -3 {}", [("r/*.md", False)]),
+        ("grep -l x r/*.md | xargs cat; echo a.md | xargs", [("r/*.md", False), ("r/*.md", True)]),
+        # a `cd` on the same command line, also inside `bash -lc` (which keeps it inside)
+        ("cd ralph/references && cat deploy.md", [("ralph/references/deploy.md", True)]),
+        ("cd r/s\ncat a.md; cd ../..; cat b.md", [("r/s/a.md", True), ("b.md", True)]),
+        ("bash -lc 'cd r && cat a.md' && cat b.md", [("r/a.md", True), ("b.md", True)]),
+        ("pushd r; cat a.md; popd; cat b.md", [("r/a.md", True), ("b.md", True)]),
+        ("cd ~ && cat a.md /abs/b.md; cd /p && cat c.md", [("/abs/b.md", True), ("/p/c.md", True)]),
+        # loops and variables set on the line; continued lines; compound commands
+        ('for f in r/a.md r/b.md; do head -5 "$f"; done', [("r/a.md", False), ("r/b.md", False)]),
+        ("F=r/a.md; cat $F ${F}", [("r/a.md", True), ("r/a.md", True)]),
+        ("grep -rn \\\n  bcrypt \\\n  r", [("r", False)]),
+        ("if grep -q x a.md; then cat b.md # c.md\nfi", [("a.md", False), ("b.md", True)]),
+        ("# cat c.md\ncat d.md", [("d.md", True)]),
     ],
 )
 def test_shell_reads(command: str, expected: list[tuple[str, bool]]) -> None:
@@ -189,8 +269,224 @@ def test_shell_reads(command: str, expected: list[tuple[str, bool]]) -> None:
 
 def test_tool_reads_of_grep_and_unknown_tools() -> None:
     assert tool_reads("Grep", {"pattern": "x", "path": "r/a.md"}) == [FileRead("r/a.md", False)]
+    assert tool_reads("Grep", {"pattern": "x", "path": "r"}) == [FileRead("r", False)]  # a folder
+    assert tool_reads("Grep", {"pattern": "x"}) == []  # the whole project: no file in particular
     assert tool_reads("Write", {"file_path": "r/a.md", "content": "x"}) == []
     assert tool_reads("Read", "not a dict") == []
+
+
+def test_tool_reads_of_read_ranges_many_files_and_a_shell_tools_directory() -> None:
+    # Amp's Read takes `read_range`: part of the file, as Claude's offset/limit are.
+    assert tool_reads("Read", {"path": "/p/progress.txt", "read_range": [1, 12]}) == [
+        FileRead("/p/progress.txt", False)
+    ]
+    assert tool_reads("Read", {"path": "/p/progress.txt"}) == [FileRead("/p/progress.txt", True)]
+
+
+def test_a_read_whose_limit_covers_the_file_reads_all_of_it(tmp_path: Path) -> None:
+    """Claude's Read with `limit` (Amp's `read_range`) from the first line reads the whole
+    file when the file, counted now, has no more lines than the limit."""
+    log = tmp_path / "progress.txt"
+    log.write_text("".join(f"line {n}\n" for n in range(1, 13)))  # 12 lines
+    path = str(log)
+    cases = [
+        ({"limit": 12}, True),
+        ({"limit": 2000, "offset": 1}, True),
+        ({"limit": 11}, False),
+        ({"limit": 20, "offset": 5}, False),
+        ({"read_range": [1, 12]}, True),
+        ({"read_range": [1, 11]}, False),
+        ({"limit": True}, False),
+        ({"limit": "12"}, False),
+    ]
+    for extra, whole in cases:
+        assert tool_reads("Read", {"file_path": path, **extra}) == [FileRead(path, whole)], extra
+    relative = {"file_path": "progress.txt", "limit": 99}  # no root here to find it from
+    assert tool_reads("Read", relative) == [FileRead("progress.txt", False)]
+    gone = {"file_path": str(tmp_path / "gone.txt"), "limit": 99}
+    assert tool_reads("Read", gone)[0].whole is False
+    # Gemini's read_many_files: paths, folders and globs, each read whole.
+    many = {"paths": ["r/a.md", "r", 7], "include": ["r/*.md"], "exclude": ["r/b.md"]}
+    assert tool_reads("read_many_files", many) == [
+        FileRead("r/a.md", True),
+        FileRead("r", True),
+        FileRead("r/*.md", True),
+    ]
+    # A shell tool run in a directory of its own: Amp's `cwd`, Gemini's `directory`.
+    assert tool_reads("Bash", {"cmd": "cat a.md", "cwd": "/p/r"}) == [FileRead("/p/r/a.md", True)]
+    run = {"command": "head -3 a.md && cd .. && cat b.md", "directory": "r"}
+    assert tool_reads("run_shell_command", run) == [
+        FileRead("r/a.md", False),
+        FileRead("b.md", True),
+    ]
+
+
+def test_shell_reads_stays_linear_in_the_length_of_the_command() -> None:
+    """One pass over the words: a command line 8 times as long takes about 8 times as long
+    (a quadratic reader would take 64 times; the bound leaves room for a busy machine)."""
+
+    def cost(n: int) -> float:
+        line = " && ".join(f"cd r{i} && timeout 5 cat a{i}.md | head -3 && cd .." for i in range(n))
+        best = float("inf")
+        for _ in range(3):
+            start = time.perf_counter()
+            reads = shell_reads(f"bash -lc {shlex.quote(line)}")
+            best = min(best, time.perf_counter() - start)
+        assert len(reads) == n
+        return best
+
+    small, large = cost(250), cost(2000)
+    assert large < 24 * small, (small, large)
+
+
+# ---- what the reads name in the project ------------------------------------------------------
+
+
+def _use(root: Path, *reads: tuple[str, bool], inlined: tuple[str, ...] = ()) -> dict[str, Any]:
+    found = [FileRead(p, w) for p, w in reads]
+    return _fields(found, inlined=list(inlined), root=root)
+
+
+def test_globs_and_braces_are_the_references_they_match(demo: Path) -> None:
+    """`cat r/*.md` and `cat r/{a,b}.md` are reads of the references that exist, never of a
+    reference named `*` or `{a,b}`; a wildcard over several references sweeps them (opened,
+    not missed), a brace or a wildcard matching one names them (a miss when not inlined)."""
+    (demo / REFS / ".hidden.md").write_text("x")
+    (demo / REFS / "sub").mkdir()
+    (demo / REFS / "sub" / "deep.md").write_text("# deep\n")
+    refs = [f"{REFS}/{n}.md" for n in ("auth", "db", "deploy", "payments")]
+    swept = _use(demo, (f"{REFS}/*.md", True))
+    assert swept["opened_references"] == refs  # sorted; .hidden.md and sub/ not matched
+    assert swept["missed_references"] == []
+    named = _use(demo, (f"{REFS}/{{deploy,payments,gone}}.md", True), inlined=("deploy.md",))
+    assert named["opened_references"] == [f"{REFS}/deploy.md", f"{REFS}/payments.md"]
+    assert named["missed_references"] == [f"{REFS}/payments.md"]
+    one = _use(demo, (f"{demo}/{REFS}/dep*.md", True), (f"{REFS}/**/*ee*.md", False))
+    assert one["missed_references"] == [f"{REFS}/deploy.md", f"{REFS}/sub/deep.md"]
+    # A miss named by a brace is one reference however the words are written.
+    both = _use(demo, (f"{REFS}/{{db,db}}.md", True), (f"./{REFS}/x/../db.md", False))
+    assert both["opened_references"] == both["missed_references"] == [f"{REFS}/db.md"]
+
+
+def test_a_search_of_the_references_folder_opens_each_and_misses_none(demo: Path) -> None:
+    """`grep -rn x ralph/references/` (or a Grep tool on the folder, `find ... -exec cat`):
+    every reference searched is opened (so none is `untouched`), none is a miss; a search
+    of the project (`.`, `ralph/`) names no reference in particular and is not recorded."""
+    fields = _use(
+        demo,
+        *shell_reads("grep -rn bcrypt ralph/references/ . ralph"),
+        inlined=("auth.md", "ui.md"),
+    )
+    assert fields["opened_references"] == [
+        f"{REFS}/{n}.md" for n in ("auth", "db", "deploy", "payments")
+    ]
+    assert fields["missed_references"] == []
+    assert fields["untouched_references"] == [f"{REFS}/ui.md"]
+    # Aged references in the archive are swept only by a search of the archive itself.
+    (demo / REFS / "archive").mkdir()
+    (demo / REFS / "archive" / "old.md").write_text("# old\n")
+    assert len(_use(demo, (REFS, False), (f"{REFS}/**/*.md", True))["opened_references"]) == 4
+    aged = _use(demo, (f"{REFS}/archive", False), (f"{REFS}/archive/*.md", True))
+    assert aged["opened_references"] == [f"{REFS}/archive/old.md"]
+    # A search, then a read of one of them: that read is a miss.
+    later = _use(demo, (REFS, False), (f"{REFS}/db.md", False))
+    assert later["missed_references"] == [f"{REFS}/db.md"]
+    found = shell_reads("find ralph/references -name '*.md' -exec cat {} +")
+    assert _use(demo, *found)["missed_references"] == []
+    assert _use(demo, *found)["opened_references"][0] == f"{REFS}/auth.md"
+
+
+def test_a_sweep_does_not_open_a_reference_the_agent_wrote(demo: Path) -> None:
+    """The folder is matched as it is after the iteration: a reference the agent updated
+    (perhaps created after its `cat r/*.md`) is not credited to the sweep; a read naming it
+    still counts."""
+    fields = _fields(
+        [FileRead(f"{REFS}/*.md", True)],
+        inlined=[],
+        updated=(f"{REFS}/db.md", "deploy.md"),
+        root=demo,
+    )
+    assert fields["opened_references"] == [f"{REFS}/auth.md", f"{REFS}/payments.md"]
+    named = _fields(
+        [FileRead(REFS, False), FileRead(f"{REFS}/db.md", True)],
+        inlined=[],
+        updated=(f"{REFS}/db.md",),
+        root=demo,
+    )
+    assert named["missed_references"] == [f"{REFS}/db.md"]
+
+
+def test_only_existing_references_are_recorded(demo: Path) -> None:
+    fields = _use(
+        demo,
+        (f"{REFS}/gone.md", True),  # no such file
+        (f"{REFS}/*.txt", True),  # matches nothing
+        (f"{REFS}", True),  # a folder read as a file: swept, not missed
+        ("README.md", True),
+        (f"{REFS}/auth.md/x", True),
+    )
+    assert fields["missed_references"] == [] and len(fields["opened_references"]) == 4
+
+
+def test_a_relative_path_not_found_from_the_root_is_read_in_the_references_folder(
+    demo: Path,
+) -> None:
+    """Codex's `exec_command` runs in a `workdir` its JSON does not report (seen with codex
+    0.171: the item has `command`, `aggregated_output`, `exit_code`, `status`), and Claude's
+    Bash keeps a `cd` from an earlier call: `cat deploy.md` ran in the references folder
+    when there is no deploy.md at the root. One that is at the root is read there."""
+    (demo / "payments.md").write_text("the root's own\n")
+    (demo / "ralph" / "notes.md").write_text("not a reference\n")
+    fields = _use(
+        demo,
+        ("deploy.md", True),
+        ("references/db.md", False),  # from ralph/
+        ("payments.md", True),  # the root's file
+        ("notes.md", True),  # ralph/notes.md is no reference
+        ("/elsewhere/auth.md", True),  # absolute: read where it says
+    )
+    assert fields["opened_references"] == [f"{REFS}/deploy.md", f"{REFS}/db.md"]
+    item = {"id": "item_1", "type": "command_execution", "command": "/bin/bash -lc 'cat deploy.md'"}
+    reads = CodexAgent().file_reads(json.dumps({"type": "item.completed", "item": item}))
+    assert _fields(reads, inlined=[], root=demo)["missed_references"] == [f"{REFS}/deploy.md"]
+
+
+@pytest.mark.parametrize(
+    ("command", "reads"),
+    [
+        ("nl -ba progress.txt | sed -n '1,8p'", 0),
+        ("cat progress.txt | head -12", 0),
+        ("grep -n 'progress.txt' prd.json", 0),  # a pattern naming the log
+        ("cat < progress.txt", 1),
+        ("tail -n +1 progress.txt", 1),
+        ("cat ./prog*.txt", 1),
+        ("cat {prd.json,progress.txt}", 1),
+        ("cd ralph && cat ../progress.txt && cd .. && cat progress.txt | wc -l", 1),
+    ],
+)
+def test_progress_reads_count_whole_reads_only(demo: Path, command: str, reads: int) -> None:
+    assert _fields(shell_reads(command), inlined=[], root=demo)["progress_reads"] == reads
+
+
+def test_glob_match_and_brace_expansion() -> None:
+    assert usage.glob_match("r/*.md", "r/a.md") and not usage.glob_match("r/*.md", "r/s/a.md")
+    assert usage.glob_match("r/**/a.md", "r/a.md") and usage.glob_match("r/**/a.md", "r/s/t/a.md")
+    assert usage.glob_match("r/[ab]?.md", "r/b1.md") and not usage.glob_match("r/[!ab]*", "r/a")
+    assert not usage.glob_match("r/*", "r/.hidden.md") and usage.glob_match("r/.h*", "r/.hidden.md")
+    assert not usage.glob_match("r/*.md", "r")
+    assert usage.expand_braces("r/{a,b{1,2}}.{md,txt}") == [
+        "r/a.md",
+        "r/a.txt",
+        "r/b1.md",
+        "r/b1.txt",
+        "r/b2.md",
+        "r/b2.txt",
+    ]
+    assert usage.expand_braces("${HOME}/{}/{x}/a.md") == ["${HOME}/{}/{x}/a.md"]
+    assert usage.expand_braces("{a,b}{") == ["a{", "b{"]
+    assert len(usage.expand_braces("{a,b}" * 12)) == usage.MAX_BRACE_WORDS  # bounded
+    long = "{" * 5000 + "a,b"
+    assert usage.expand_braces(long) == [long]
 
 
 # ---- paths and reconciliation ----------------------------------------------------------------
@@ -393,3 +689,108 @@ def test_ralph_compact_keeps_a_reference_missed_recently(tmp_path: Path) -> None
         outs.append(res.stdout)
     assert "archive (stale): Legacy payments" in outs[0]
     assert "Legacy payments" not in outs[1]
+
+
+# ---- through `ralph run` ---------------------------------------------------------------------
+
+# What an agent ran, and what it opened (only the braces' and the `cd`'s references were read
+# for a topic; the glob over the folder and the search of it open all, miss none).
+_RUN_COMMANDS = [
+    "grep -n 'ralph/references/auth.md' scripts/ralph/progress.txt",  # a pattern, not a read
+    "nl -ba scripts/ralph/progress.txt | sed -n '1,8p'",  # the index: a partial read
+    "cat scripts/ralph/progress.txt | head -12",
+    "cat ralph/references/{deploy,payments}.md",
+    "cat ralph/references/*.md | head -40",
+    "grep -rn bcrypt ralph/references/",
+    "timeout 5 cat ralph/references/gone.md",  # no such reference
+    "cd ralph/references && cat db.md",
+    "cat < scripts/ralph/progress.txt",  # the whole log: against the indexed template's rule
+]
+
+
+def _claude_stream(commands: list[str]) -> str:
+    def call(n: int, name: str, tool_input: dict[str, Any]) -> list[dict[str, Any]]:
+        block = {"type": "tool_use", "id": f"toolu_{n}", "name": name, "input": tool_input}
+        done = {"type": "tool_result", "tool_use_id": f"toolu_{n}", "content": "ok"}
+        return [
+            {"type": "assistant", "message": {"id": f"msg_{n}", "content": [block]}},
+            {"type": "user", "message": {"role": "user", "content": [done]}},
+        ]
+
+    events: list[dict[str, Any]] = [{"type": "system", "subtype": "init", "session_id": "s"}]
+    for n, command in enumerate(commands):
+        events += call(n, "Bash", {"command": command})
+    events += call(len(commands), "Grep", {"pattern": "bcrypt", "path": "ralph/references"})
+    events += call(
+        len(commands) + 1, "Read", {"file_path": "scripts/ralph/progress.txt", "limit": 12}
+    )
+    result = {"type": "result", "subtype": "success", "is_error": False, "result": "Done."}
+    usage_ = {"input_tokens": 100, "output_tokens": 10}
+    return "\n".join(json.dumps(e) for e in [*events, {**result, "usage": usage_}]) + "\n"
+
+
+def _codex_stream(commands: list[str]) -> str:
+    """Codex exec's items, as codex 0.171 prints them: the command wrapped in `bash -lc`,
+    and no workdir (the last command ran in the references folder: `cat deploy.md`)."""
+    events: list[dict[str, Any]] = [{"type": "thread.started", "thread_id": "t"}]
+    for n, command in enumerate([*commands, "cat deploy.md"]):
+        item = {
+            "id": f"item_{n}",
+            "type": "command_execution",
+            "command": f"/bin/bash -lc {shlex.quote(command)}",
+            "aggregated_output": "",
+            "exit_code": 0,
+            "status": "completed",
+        }
+        events += [
+            {"type": "item.started", "item": {**item, "status": "in_progress"}},
+            {"type": "item.completed", "item": item},
+        ]
+    events += [
+        {"type": "item.completed", "item": {"id": "m", "type": "agent_message", "text": "Done."}},
+        {"type": "turn.completed", "usage": {"input_tokens": 100, "output_tokens": 10}},
+    ]
+    return "\n".join(json.dumps(e) for e in events) + "\n"
+
+
+@pytest.mark.parametrize("tool", ["claude", "codex"])
+def test_ralph_run_records_the_references_an_agent_read(tmp_path: Path, tool: str) -> None:
+    """A real `ralph run` with a stand-in CLI replaying a stream of the agent's shape: the
+    ledger's record names the references read for a topic as misses, the folder's sweeps
+    as opened only, nothing for a grep pattern or a missing file, and one whole read of
+    progress.txt (the `cat <`), not the index reads piped into sed/head."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "fakes"))
+    from install import install
+
+    root = make_project(tmp_path / "p", n=1, config={"tool": tool, "mode": "indexed"})
+    topics = {"Auth": "auth", "Database": "db", "Deployment": "deploy", "Payments": "payments"}
+    rows = "".join(f"| {t} | ralph/references/{f}.md |\n" for t, f in topics.items())
+    (root / "scripts/ralph/progress.txt").write_text(
+        "# Ralph Progress Log\nStarted: today\n---\n\n## Progress Index\n"
+        f"| Topic | Reference Path |\n|---|---|\n{rows}"
+    )
+    for topic, name in topics.items():
+        path = root / REFS / f"{name}.md"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"# {topic}\n\n- [US-000] {topic.lower()} notes\n")
+    git(root, "add", "-A")
+    git(root, "commit", "-qm", "memory")
+    stream = tmp_path / "stream.jsonl"
+    stream.write_text((_claude_stream if tool == "claude" else _codex_stream)(_RUN_COMMANDS))
+    bin_dir = install(tmp_path / "bin", tool).parent
+
+    res = ralph(
+        root,
+        "run",
+        "1",
+        PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        FAKE_TRANSCRIPT=str(stream),
+    )
+    [rec] = iterations(root)
+    assert rec["agent"] == tool, res.stdout + res.stderr
+    refs = {name: f"{REFS}/{name}.md" for name in topics.values()}
+    named = [refs["deploy"], refs["payments"], refs["db"]]
+    assert rec["opened_references"] == [*named[:2], refs["auth"], refs["db"]]
+    assert rec["missed_references"] == [p for p in named if p not in rec["selected_references"]]
+    assert rec["untouched_references"] == []
+    assert rec["progress_reads"] == 1

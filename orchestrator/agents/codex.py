@@ -114,7 +114,10 @@ class CodexAgent(Agent):
 
 def exec_reads(events: list[dict[str, Any]]) -> list[FileRead]:
     """Files read by the shell commands Codex ran (`command_execution` items; one command
-    counted once, however many started/updated/completed events name it)."""
+    counted once, however many started/updated/completed events name it). The item does not
+    say in which directory the command ran (codex 0.171 drops exec_command's `workdir`), so
+    paths are as if from the project root; memory.usage reads a relative path that is not
+    there in the references folder."""
     reads: list[FileRead] = []
     seen: set[str] = set()
     for event in events:

@@ -3,7 +3,9 @@
 An agent's stream shows the files it opened (the adapters read it: `Agent.file_reads`).
 Set beside what the prompt inlined and what the agent updated, that says:
 - a *miss*: a reference it opened although the prompt did not inline it (the selector left
-  out something the agent went looking for);
+  out something the agent went looking for). A sweep of the folder (`grep -r x
+  ralph/references`, `cat ralph/references/*.md` matching several) opens each reference it
+  reaches but misses none: the agent searched, it did not look for a left-out topic;
 - *untouched*: an inlined reference it neither opened nor updated (its content was in the
   prompt, so not opening it is no fault: this only says the inlining was not followed up).
 Each iteration record carries these as optional keys (`opened_references`,
@@ -14,11 +16,14 @@ Misses feed back: `prior_from_ledger` turns recent misses into a per-reference p
 the selector adds to a reference's relevant items, and `ralph compact` keeps a reference
 opened recently from ageing out.
 
-Pure apart from `Path.resolve` of the project root and `prior_of`'s read of the ledger.
+Pure apart from `Path.resolve` of the project root, the look at the references folder
+(which reads exist, what a glob or a folder holds) and `prior_of`'s read of the ledger.
 """
 
 from __future__ import annotations
 
+import fnmatch
+import itertools
 import json
 import os
 from collections import Counter
@@ -33,6 +38,8 @@ from orchestrator.log import get_logger
 
 log = get_logger()
 
+# Aged references, inside the references folder (`ralph compact` moves them there).
+ARCHIVE_DIR = "archive"
 # Ledger keys (all optional on an iteration record).
 OPENED = "opened_references"
 MISSED = "missed_references"
@@ -91,17 +98,23 @@ class ReferenceUse:
 
 
 def reconcile(
-    inlined: Sequence[str], opened: Sequence[str], updated: Sequence[str]
+    inlined: Sequence[str],
+    opened: Sequence[str],
+    updated: Sequence[str],
+    searched: Iterable[str] = (),
 ) -> ReferenceUse:
     """Opened vs inlined vs updated, all already in one form (`agent_path`/`index_path`):
-    missed = opened and not inlined; untouched = inlined, neither opened nor updated."""
+    missed = opened and not inlined, unless only `searched` (read by a search or a glob
+    over many references, not because the agent wanted that topic); untouched = inlined,
+    neither opened nor updated."""
     given = list(dict.fromkeys(inlined))
     seen = list(dict.fromkeys(opened))
     touched = set(seen) | set(updated)
+    swept = set(searched)
     return ReferenceUse(
         inlined=given,
         opened=seen,
-        missed=[p for p in seen if p not in set(given)],
+        missed=[p for p in seen if p not in set(given) and p not in swept],
         untouched=[p for p in given if p not in touched],
     )
 
@@ -118,21 +131,37 @@ def ledger_fields(
     """The optional keys of an iteration record ({} when the agent's reads are unknown).
     `reads` are (path as the agent named it, read whole?) pairs; `progress_path` is
     progress.txt relative to the root. `progress_reads` counts whole reads of it (the
-    indexed template asks for the index table only)."""
+    indexed template asks for the index table only).
+
+    Only existing references are recorded (`ReferenceFolder.expand`). A search of the
+    references folder (`grep -r x ralph/references`, a Grep tool on the folder) or a
+    wildcard matching several references (`cat ralph/references/*.md`) opens each of them
+    but misses none: the agent swept the folder rather than looked for a topic the prompt
+    left out, and counting every reference as a miss would give all of them the same
+    prior, which ranks nothing. References the agent updated are left out of its sweeps:
+    the folder is read as it is after the iteration, and a sweep may have come before the
+    agent wrote that reference."""
     if reads is None:
         return {}
+    folder = ReferenceFolder(root, refs_dir)
+    changed = [index_path(p, refs_dir) for p in updated]
     opened: list[str] = []
+    targeted: set[str] = set()
     progress = 0
     for raw, whole in reads:
-        rel = agent_path(raw, root)
-        if is_reference(rel, refs_dir):
-            opened.append(str(rel))
-        elif rel == progress_path and whole:
+        for rel, swept in folder.expand(raw):
+            if swept and rel in changed:
+                continue  # the folder is matched as it is now: a sweep may predate this file
+            opened.append(rel)
+            if not swept:
+                targeted.add(rel)
+        if whole and folder.names(raw, progress_path):
             progress += 1
     use = reconcile(
         [index_path(p, refs_dir) for p in inlined],
         opened,
-        [index_path(p, refs_dir) for p in updated],
+        changed,
+        searched=set(opened) - targeted,
     )
     return {
         OPENED: use.opened,
@@ -140,6 +169,162 @@ def ledger_fields(
         UNTOUCHED: use.untouched,
         PROGRESS_READS: progress,
     }
+
+
+class ReferenceFolder:
+    """The references folder of one project, for matching what an agent read against the
+    references that exist: braces and globs are expanded against its files (listed once,
+    when a glob or a folder first needs them), never against the rest of the project."""
+
+    def __init__(self, root: Path, refs_dir: str) -> None:
+        self.root = root
+        self.refs_dir = PurePosixPath(os.path.normpath(refs_dir)).as_posix()
+        self.archive = f"{self.refs_dir}/{ARCHIVE_DIR}"
+        self._files: list[str] | None = None
+
+    def files(self) -> list[str]:
+        """Every reference (a markdown file in the folder or below; hidden ones left out,
+        as a shell glob leaves them out), relative to the root."""
+        if self._files is None:
+            self._files = _markdown_under(self.root, self.refs_dir)
+        return self._files
+
+    def expand(self, raw: str) -> list[tuple[str, bool]]:
+        """The existing references a read of `raw` touched, each with whether it was swept
+        (a folder searched, or one of several matches of a wildcard) rather than named."""
+        out: list[tuple[str, bool]] = []
+        for alt in expand_braces(raw):
+            rel = agent_path(alt, self.root)
+            if rel is None:
+                continue
+            if _has_wildcard(rel):
+                found = [f for f in self._swept(rel) if glob_match(rel, f)]
+                out += [(f, len(found) > 1) for f in found]
+            else:
+                out += self._literal(rel, relative=not alt.strip().startswith("/"))
+        return out
+
+    def _literal(self, rel: str, relative: bool) -> list[tuple[str, bool]]:
+        hits = self._at(rel)
+        if hits is not None or not relative or (self.root / rel).exists():
+            return hits or []
+        # Not there from the root: the command ran inside the folder (a Codex exec_command
+        # `workdir`, which its JSON does not report; a `cd` in an earlier tool call).
+        base = PurePosixPath(self.refs_dir)
+        for parent in (base, *base.parents[:-1]):
+            hits = self._at(os.path.normpath(f"{parent}/{rel}"))
+            if hits is not None:
+                return hits
+        return []
+
+    def _at(self, rel: str) -> list[tuple[str, bool]] | None:
+        """An existing reference file (named), or the references under an existing folder
+        inside the references folder (swept); None when `rel` is neither."""
+        path = self.root / rel
+        if is_reference(rel, self.refs_dir) and path.is_file():
+            return [(PurePosixPath(rel).as_posix(), False)]
+        if _within(rel, self.refs_dir) and path.is_dir():
+            return [(f, True) for f in self._swept(rel) if _within(f, rel)]
+        return None
+
+    def _swept(self, named: str) -> list[str]:
+        """The references a sweep of `named` (a folder or a glob) may reach: aged ones in
+        the archive only when it names the archive (a search of the folder that also went
+        through the archive was not after an aged reference)."""
+        if _within(named, self.archive):
+            return self.files()
+        return [f for f in self.files() if not _within(f, self.archive)]
+
+    def names(self, raw: str, path: str) -> bool:
+        """Whether a read of `raw` (braces and globs included) is a read of `path`."""
+        for alt in expand_braces(raw):
+            rel = agent_path(alt, self.root)
+            if rel is not None and (rel == path or (_has_wildcard(rel) and glob_match(rel, path))):
+                return True
+        return False
+
+
+def _within(rel: str, folder: str) -> bool:
+    return rel == folder or rel.startswith(folder + "/")
+
+
+def _markdown_under(root: Path, folder: str) -> list[str]:
+    out: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(root / folder):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        rel = PurePosixPath(os.path.relpath(dirpath, root)).as_posix()
+        out += [f"{rel}/{f}" for f in sorted(filenames) if f.endswith(".md") and f[0] != "."]
+    return out
+
+
+def _has_wildcard(text: str) -> bool:
+    return any(c in text for c in "*?[")
+
+
+def glob_match(pattern: str, path: str) -> bool:
+    """Whether a relative posix `path` matches a shell glob: `*`, `?` and `[...]` within one
+    name (not matching a leading dot), `**` for any number of folders (as `find DIR -name`
+    is written by agents.reads, and as globstar reads it)."""
+    pats = pattern.split("/")
+    names = path.split("/")
+    # ok[j]: pats[:i] matches names[:j], row by row (time: pattern parts x path parts).
+    ok = [True] + [False] * len(names)
+    for pat in pats:
+        if pat == "**":
+            for j in range(1, len(names) + 1):
+                ok[j] = ok[j] or ok[j - 1]
+            continue
+        ok = [False] + [ok[j] and _name_match(pat, names[j]) for j in range(len(names))]
+    return ok[-1]
+
+
+def _name_match(pattern: str, name: str) -> bool:
+    if name.startswith(".") and not pattern.startswith("."):
+        return False
+    return fnmatch.fnmatchcase(name, pattern)
+
+
+MAX_BRACE_WORDS = 64
+MAX_BRACE_TEXT = 1024  # longer than any path: left as written (the scan is quadratic)
+
+
+def expand_braces(word: str, limit: int = MAX_BRACE_WORDS) -> list[str]:
+    """A word's shell brace expansion (`a/{b,c}.md` -> `a/b.md`, `a/c.md`; nested and
+    repeated groups too), at most `limit` words; `${x}`, `{}` and a group without a comma
+    stay as written."""
+    if len(word) > MAX_BRACE_TEXT:
+        return [word]
+    queue = [word]
+    out: list[str] = []
+    while queue and len(out) < limit:
+        text = queue.pop(0)
+        span = _brace_group(text)
+        if span is None:
+            out.append(text)
+            continue
+        start, end, alts = span
+        queue += [text[:start] + a + text[end + 1 :] for a in alts][: limit - len(queue)]
+    return out
+
+
+def _brace_group(text: str) -> tuple[int, int, list[str]] | None:
+    """The first `{...}` with a top-level comma: (its start, its end, its alternatives)."""
+    start = text.find("{")
+    while start != -1:
+        if start == 0 or text[start - 1] != "$":
+            depth, commas = 0, []
+            for i in range(start, len(text)):
+                ch = text[i]
+                depth += (ch == "{") - (ch == "}")
+                if ch == "," and depth == 1:
+                    commas.append(i)
+                elif depth == 0:
+                    if not commas:
+                        break
+                    cuts = [start, *commas, i]
+                    return start, i, [text[a + 1 : b] for a, b in itertools.pairwise(cuts)]
+        start = text.find("{", start + 1)
+    return None
 
 
 def _iterations(records: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:

@@ -148,3 +148,76 @@ def test_codex_exec_commands_that_read_a_reference_are_a_miss_too(tmp_path, cli_
     assert rec["progress_reads"] == 0  # `head -20` of progress.txt: the index only
     code, status = run_pty(ralph_argv("status"), cwd=repo, env=env, timeout=60)
     assert code == 0 and "missed: 1 (Integer inputs)" in status, status
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(300)
+def test_codex_reads_in_a_workdir_patterns_and_partial_index_reads(tmp_path, cli_home, codex_bin):
+    """The real Codex CLI runs `cat integer-inputs.md` with `workdir: ralph/references`; its
+    JSON item names only `/bin/bash -lc 'cat integer-inputs.md'` (no workdir), and the miss
+    is still recorded. A grep whose pattern names a reference reads no reference; the index
+    read through `nl | sed -n` and a glob over the folder (opens both, misses none) add
+    no miss and no whole read of progress.txt."""
+    progress = f"{sp.RALPH_DIR}/progress.txt"
+
+    def peek(turns: list) -> list:
+        return [
+            turns[0],
+            Shell(f"nl -ba {progress} | sed -n '1,8p'"),
+            Shell(f"grep -n '{SUBTRACTION}' {progress}"),
+            Shell("cat ralph/references/*.md | head -3"),
+            Shell("cat integer-inputs.md", workdir=sp.REFS_DIR),
+            *turns[1:],
+        ]
+
+    with FakeOpenAI(sp.codex_script(edit=peek), resolve_story=sp.codex_resolver) as api:
+        repo = _project(tmp_path / "calc", "codex", agents={"codex": {"args": api.provider_args()}})
+        env = codex_env(cli_home, codex_bin)
+        code, out = run_pty(ralph_argv("run", "1"), cwd=repo, env=env, timeout=240)
+    assert code == 1 and "max iterations" in out, out[-3000:]
+    [rec] = iterations(read_ledger(repo))
+    transcript = (repo / rec["transcript"]).read_text()
+    items = [
+        e["item"]
+        for e in json_lines(transcript)
+        if e.get("type") == "item.completed" and e["item"].get("type") == "command_execution"
+    ]
+    ran = next(i for i in items if "cat integer-inputs.md" in i["command"])
+    assert "never coerce inputs to float" in ran["aggregated_output"]  # it ran in the folder
+    assert not {"workdir", "cwd"} & set(ran), ran  # and the item does not say where
+    assert rec["selected_references"] == [SUBTRACTION]
+    assert rec["opened_references"] == [INTEGERS, SUBTRACTION]  # the glob, sorted
+    assert rec["missed_references"] == [INTEGERS]  # the workdir read, not the glob's
+    assert rec["untouched_references"] == []
+    assert rec["progress_reads"] == 0
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(300)
+def test_claude_reading_references_by_glob_and_search_opens_them_without_misses(
+    tmp_path, cli_home, claude_bin
+):
+    """The real Claude Code CLI: `cat ralph/references/*.md` and a Grep over the folder are
+    sweeps (every reference opened, none missed: the agent searched rather than looked for a
+    topic); the reference the story writes meanwhile is not credited to them."""
+    repo = _project(tmp_path / "calc")
+
+    def edit(story: sp.Story, turns: list) -> list:
+        if story.id != "US-001":
+            return turns
+        glob = ToolUse("Bash", {"command": "cat ralph/references/*.md"}, text="All of them.")
+        grep = ToolUse("Grep", {"pattern": "float", "path": sp.REFS_DIR}, text="Searching.")
+        return [turns[0], glob, grep, *turns[1:]]
+
+    with FakeAnthropic(sp.claude_script(repo, edit=edit), resolve_story=sp.claude_resolver) as api:
+        env = claude_env(cli_home, api.base_url, claude_bin)
+        code, out = run_pty(ralph_argv("run", "--tool", "claude", "1"), cwd=repo, env=env)
+        results = [r.last_tool_result() for r in api.main_requests("US-001")[2:4]]
+    assert code == 1 and "max iterations" in out, out[-3000:]
+    assert "never coerce inputs to float" in results[0]  # the CLI ran the glob
+    [rec] = iterations(read_ledger(repo))
+    assert rec["opened_references"] == [INTEGERS, SUBTRACTION]
+    assert rec["missed_references"] == []
+    assert rec["untouched_references"] == []
+    code, status = run_pty(ralph_argv("status"), cwd=repo, env=env, timeout=60)
+    assert code == 0 and "references used: opened 2 · missed: 0 · untouched 0" in status, status
