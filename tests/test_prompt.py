@@ -433,3 +433,21 @@ def test_a_reference_written_in_the_prompts_compact_form_gives_the_same_prompt(
     copied = subprocess.run(run, cwd=root, capture_output=True, text=True)
     assert copied.returncode == 0, copied.stderr
     assert copied.stdout == tagged.stdout
+
+
+@pytest.mark.parametrize("budget", ["-1", "0", "10000001"])
+def test_prompt_budget_flag_is_checked_like_the_setting(tmp_path: Path, budget: str) -> None:
+    from run_helpers import RALPH, env, make_project
+
+    root = make_project(tmp_path / "p", 1)
+    proc = subprocess.run(
+        [*RALPH, "prompt", "--budget", budget], cwd=root, env=env(), capture_output=True, text=True
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.startswith("ralph: error: command line: budget.prompt_tokens must be at")
+    assert f"got {budget}" in proc.stderr and "allowed: an integer, 1 to 10000000" in proc.stderr
+    assert proc.stdout == ""
+    ok = subprocess.run(
+        [*RALPH, "prompt", "--budget", "4000"], cwd=root, env=env(), capture_output=True, text=True
+    )
+    assert ok.returncode == 0 and "US-001" in ok.stdout
