@@ -153,7 +153,10 @@ def test_control_characters_from_prd_json_never_reach_the_terminal(tmp_path: Pat
     assert piped.returncode == 0, piped.stdout + piped.stderr
     err = ralph(root, "prompt", "--story", "X\x1b[2J")
     assert err.returncode == 2 and "X\\x1b[2J" in err.stderr
-    for out in (tty, *(p.stdout + p.stderr for p in (before, after, piped, err))):
+    saved = ralph(root, "savings")  # reads the progress log the hostile story wrote to
+    assert saved.returncode == 0, saved.stdout + saved.stderr
+    checked = ralph(root, "check")
+    for out in (tty, *(p.stdout + p.stderr for p in (before, after, piped, err, saved, checked))):
         assert not [c for c in RAW if c in out], out
         assert "\roverwrite" not in out
 
