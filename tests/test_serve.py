@@ -269,3 +269,22 @@ def test_events_with_a_bad_query_answer_400_or_404_and_never_a_traceback(
     proc.terminate()
     _, err = proc.communicate(timeout=30)
     assert "Traceback" not in err and "Error" not in err, err
+
+
+def test_a_request_that_fails_anyway_is_one_error_line_not_a_traceback(capsys) -> None:
+    import asyncio
+
+    async def broken(scope, receive, send) -> None:
+        raise RuntimeError("generator raised StopIteration")
+
+    async def nothing() -> dict:
+        return {}
+
+    async def ignore(message: dict) -> None:
+        return None
+
+    asyncio.run(serve._NoTraceback(broken)({"type": "http", "path": "/events"}, nothing, ignore))
+    out = capsys.readouterr()
+    text = out.out + out.err
+    assert "serve: request failed" in text and "RuntimeError" in text and "/events" in text
+    assert "Traceback" not in text
