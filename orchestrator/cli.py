@@ -163,8 +163,11 @@ def _call(args: argparse.Namespace) -> int:
 
 def _say(line: str) -> None:
     """One line on stderr; stderr itself may be a closed pipe, which must not raise."""
+    from orchestrator.log import terminal_safe  # lazy: `ralph --version` stays light
+
     with contextlib.suppress(OSError):
-        print(line, file=sys.stderr, flush=True)
+        # An error may quote a story id or a file's text: escaped, never obeyed.
+        print(terminal_safe(line), file=sys.stderr, flush=True)
 
 
 def _broken_pipe() -> int:

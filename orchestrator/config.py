@@ -431,6 +431,47 @@ def _one_of(choices: tuple[Any, ...]) -> str:
     return shown[0] if len(shown) == 1 else ", ".join(shown[:-1]) + f" or {shown[-1]}"
 
 
+def _folder(path: str) -> tuple[str, ...] | None:
+    """A project-relative folder as its parts (`.` and `./x/` normalised), None if it is
+    not one (absolute, `..`): such a log.dir is outside every folder checked below."""
+    clean = fsutil.relative_inside(path)
+    return None if clean is None else tuple(p for p in clean.parts if p != ".")
+
+
+# Where the Ralph folder is when ralph_dir does not say (project.find_ralph_dir's first pick).
+_DEFAULT_RALPH_DIR = "scripts/ralph"
+
+
+def _log_dir_clash(config: Config) -> _Problem | None:
+    """log.dir is written freely (ledger, transcripts, lock) and git-ignores itself whole, so
+    it must be a folder of its own: not the project root, not the Ralph folder or the
+    references folder, not a folder holding either, and not inside the references (whose
+    every file is a reference). A log folder inside the Ralph folder is fine (`ralph/logs`
+    beside `ralph/prd.json`): it is still a folder of its own."""
+    logs = _folder(config.log.dir)
+    if logs is None:
+        return None
+    ralph = config.ralph_dir or _DEFAULT_RALPH_DIR
+    theirs = [("the Ralph folder", ralph), ("the references folder", config.references.dir)]
+    why = "the project root" if not logs else None
+    for name, path in theirs:
+        other = _folder(path)
+        if why is None and other is not None and other[: len(logs)] == logs:
+            why = name if other == logs else f"a folder holding {name} ({path})"
+    refs = _folder(config.references.dir)
+    if why is None and refs and logs[: len(refs)] == refs:
+        why = f"inside the references folder ({config.references.dir})"
+    if why is None:
+        return None
+    return _Problem(
+        ("log", "dir"),
+        f"must be a folder of its own for ralph's ledger, transcripts and lock, not {why}: "
+        "they would be written among your files with nothing to git-ignore them; "
+        "use a new folder such as ralph/logs",
+        config.log.dir,
+    )
+
+
 # --------------------------------------------------------------------------- errors
 
 
@@ -558,6 +599,9 @@ def load_config(path: Path | None, overrides: Mapping[str, Any] | None = None) -
     if problems:
         raise _config_error(problems, source, given)
     config = msgspec.convert(clean, Config)
+    clash = _log_dir_clash(config)
+    if clash is not None:
+        raise _config_error([clash], source, given)
     for w in warnings:
         log.warning(w)
     # Not settings (so never in model_dump or equality): facts about this load.

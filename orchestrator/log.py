@@ -105,6 +105,19 @@ class _Logger:
         return getattr(_structlog().get_logger(), name)
 
 
+# C0 controls (but tab and newline), DEL and C1 controls, shown as `\x1b`: text from the
+# user's files (a story title, a topic) or an agent's output must not drive the terminal
+# (set its title, clear the screen, hide text). U+009B is a one-character CSI.
+_UNSAFE = {c: f"\\x{c:02x}" for c in [*range(0x20), 0x7F, *range(0x80, 0xA0)] if c not in (9, 10)}
+
+
+def terminal_safe(text: str, *, newlines: bool = True) -> str:
+    """`text` with every terminal control character escaped as `\\xNN`; newlines are kept
+    unless `newlines` is False (one-line places: a status line, a table cell)."""
+    safe = text.translate(_UNSAFE)
+    return safe if newlines else safe.replace("\n", "\\x0a")
+
+
 def get_logger() -> Any:
     """The logger modules keep at module level (`log = get_logger()`): imports nothing."""
     return _Logger()
@@ -164,7 +177,7 @@ def _console_line(_logger: WrappedLogger, _name: str, event_dict: EventDict) -> 
         event_dict.pop(k, None)
     extra = " ".join(f"{k}={v}" for k, v in event_dict.items() if v is not None)
     prefix = "ralph: " if level == "info" else f"ralph: {level}: "
-    return f"{prefix}{event}" + (f" ({extra})" if extra else "")
+    return terminal_safe(f"{prefix}{event}" + (f" ({extra})" if extra else ""))
 
 
 def _redact_line(_logger: WrappedLogger, _name: str, line: str | EventDict) -> str | EventDict:

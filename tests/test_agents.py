@@ -886,3 +886,29 @@ def test_prompt_too_big_for_one_argument_names_the_fix(tmp_path):
     small = tmp_path / "small.md"
     small.write_text("do it")
     assert agent.argv(small)[-1] == "do it" and agent.stdin_file(small) is None
+
+
+# The agent gets the prompt from its last argv word only: stdin is /dev/null in these modes.
+ARGV_AGENT_SCRIPT = AGENT_SCRIPT.replace(
+    "prompt = sys.stdin.read()",
+    "last = sys.argv[-1] if len(sys.argv) > 1 else ''\n"
+    "prompt = open(last).read() if sys.argv[1:] == ['--file', last] else last\n"
+    "open('got.txt', 'w').write(repr((sys.argv[1:2], len(sys.stdin.read()), 'US-001' in prompt)))",
+).replace('open("greet.py"', 'open(".gitignore", "w").write("got.txt\\n"); open("greet.py"')
+
+
+@pytest.mark.parametrize(
+    ("via", "flag"), [("file", "--file"), ("argument", "--text")], ids=["file", "argument"]
+)
+def test_cli_custom_agent_prompt_setting_without_placeholder_appends_prompt(tmp_path, via, flag):
+    repo = git_project(tmp_path / "repo")
+    script = tmp_path / "myagent.py"
+    script.write_text(ARGV_AGENT_SCRIPT)
+    command = json.dumps([sys.executable, str(script), flag])
+    yaml_text = f"agents:\n  mine:\n    command: {command}\n    prompt: {via}\n"
+    (repo / "ralph.yaml").write_text(yaml_text)
+    proc = ralph(["run", "--tool", "mine", "--sleep", "0", "1"], repo, os.environ["PATH"])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # The prompt (its path, or its text) is the last argv word; stdin stays empty.
+    assert (repo / "got.txt").read_text() == repr(([flag], 0, True))
+    assert json.loads((repo / "prd.json").read_text())["userStories"][0]["passes"] is True

@@ -104,3 +104,79 @@ def test_tool_lines_use_the_terminal_width(tmp_path: Path) -> None:
     assert bash, text[-2000:]
     # Cut at the terminal's width (200), not at the old fixed 120 characters.
     assert all(len(line) > 130 for line in bash), bash
+
+
+HOSTILE_TITLE = "API\x1b]0;PWNED\x07\x1b[2J"
+HOSTILE_ID = "US-001\x1b[8m"
+# What the terminal gets instead: the same text, escaped.
+SHOWN_TITLE = "API\\x1b]0;PWNED\\x07\\x1b[2J"
+SHOWN_ID = "US-001\\x1b[8m"
+RAW = ("\x1b]0;PWNED", "\x1b[2J", "\x1b[8m", "\x07", "\x9b")
+
+
+def _hostile_project(root: Path) -> Path:
+    make_project(root, 2)
+    path = root / "scripts" / "ralph" / "prd.json"
+    prd = json.loads(path.read_text())
+    prd["userStories"][0].update(id=HOSTILE_ID, title=HOSTILE_TITLE)
+    prd["userStories"][1]["title"] = "C1 CSI \x9b2J and a CR\roverwrite"
+    path.write_text(json.dumps(prd, indent=2) + "\n")
+    subprocess.run(["git", "commit", "-qam", "hostile"], cwd=root, check=True)
+    return root
+
+
+def test_control_characters_from_prd_json_never_reach_the_terminal(tmp_path: Path) -> None:
+    root = _hostile_project(tmp_path / "p")
+    before = ralph(root, "status")
+    assert before.returncode == 0, before.stderr
+    assert f"next: {SHOWN_ID} {SHOWN_TITLE}" in before.stdout
+    # On a terminal (banner, live status line, agent lines, summary, end-of-run table), where
+    # rich adds its own codes: the hostile ones are shown escaped.
+    child = pexpect.spawn(
+        sys.executable,
+        [*RALPH[1:], "run", "--tool", "sim", "1"],
+        cwd=str(root),
+        env=env(COLUMNS="200", LINES="50"),
+        encoding="utf-8",
+        dimensions=(50, 200),
+        timeout=120,
+    )
+    child.expect(pexpect.EOF)
+    child.close()
+    tty = child.before
+    assert f"Ralph Iteration 1 of 1 (sim) · {SHOWN_ID}" in tty
+    assert f"▶ {SHOWN_ID} · iteration 1/1" in tty and f"{SHOWN_ID} passed" in tty
+    assert f"is done: {SHOWN_TITLE}" in tty  # the agent's own line
+    after = ralph(root, "status")
+    assert "next: US-002 C1 CSI \\x9b2J and a CR\\x0doverwrite" in after.stdout
+    piped = ralph(root, "run", "--tool", "sim", "1")
+    assert piped.returncode == 0, piped.stdout + piped.stderr
+    err = ralph(root, "prompt", "--story", "X\x1b[2J")
+    assert err.returncode == 2 and "X\\x1b[2J" in err.stderr
+    saved = ralph(root, "savings")  # reads the progress log the hostile story wrote to
+    assert saved.returncode == 0, saved.stdout + saved.stderr
+    checked = ralph(root, "check")
+    for out in (tty, *(p.stdout + p.stderr for p in (before, after, piped, err, saved, checked))):
+        assert not [c for c in RAW if c in out], out
+        assert "\roverwrite" not in out
+
+
+def test_control_characters_in_index_topics_are_escaped_by_status_and_compact(
+    tmp_path: Path,
+) -> None:
+    root = make_project(tmp_path / "p", 1, config={"references": {"max_tokens": 20}})
+    refs = root / "ralph" / "references"
+    refs.mkdir(parents=True)
+    (refs / "db.md").write_text("# Database\n\n" + "- a learning about the schema\n" * 20)
+    (root / "scripts" / "ralph" / "progress.txt").write_text(
+        "# Ralph Progress Log\n\n## Progress Index\n| Topic | Reference Path |\n|---|---|\n"
+        "| Database\x1b[2J\x9b8m and migrations | ralph/references/db.md |\n\n---\n"
+    )
+    shown = "Database\\x1b[2J\\x9b8m and migrations"
+    status = ralph(root, "status", "--all")
+    compact = ralph(root, "compact")
+    assert status.returncode == 0 and compact.returncode == 0, status.stderr + compact.stderr
+    assert "Database\\x1b[2J" in status.stdout  # the table cell (may be cut at its width)
+    assert f"condense: {shown} (ralph/references/db.md)" in compact.stdout
+    for proc in (status, compact):
+        assert not [c for c in RAW if c in proc.stdout + proc.stderr], proc.stdout

@@ -269,3 +269,38 @@ def test_damaged_or_unwritable_cache_and_dates_still_parse(
     shutil.rmtree(cache)
     cache.write_text("not a folder")  # the cache cannot be written: only slower
     assert load_config(write(tmp_path, "tool: amp\n"), {}).tool == "amp"
+
+
+@pytest.mark.parametrize(
+    ("log_dir", "why"),
+    [
+        ("scripts/ralph", "not the Ralph folder"),
+        ("ralph/references", "not the references folder"),
+        (".", "not the project root"),
+        ("scripts", "not a folder holding the Ralph folder (scripts/ralph)"),
+        ("ralph", "not a folder holding the references folder (ralph/references)"),
+        ("ralph/references/logs", "not inside the references folder (ralph/references)"),
+    ],
+)
+def test_log_dir_among_the_users_folders_is_refused_before_anything_is_written(
+    tmp_path: Path, log_dir: str, why: str
+) -> None:
+    from run_helpers import RALPH, env, make_project
+
+    root = make_project(tmp_path / "p", 1, config={"log": {"dir": log_dir}})
+    before = sorted(p.relative_to(root) for p in root.rglob("*") if ".git" not in p.parts)
+    for args in (["run", "--tool", "sim", "1"], ["status"]):
+        proc = subprocess.run([*RALPH, *args], cwd=root, env=env(), capture_output=True, text=True)
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert proc.stderr.startswith(
+            "ralph: error: ralph.yaml: log.dir must be a folder of its own"
+        )
+        assert why in proc.stderr and "use a new folder such as ralph/logs" in proc.stderr
+    after = sorted(p.relative_to(root) for p in root.rglob("*") if ".git" not in p.parts)
+    assert after == before
+
+
+@pytest.mark.parametrize("log_dir", ["ralph/logs", "scripts/ralph/logs", ".ralph-logs", "/tmp/x"])
+def test_log_dir_of_its_own_is_accepted(tmp_path: Path, log_dir: str) -> None:
+    (tmp_path / "ralph.yaml").write_text(f"log:\n  dir: {log_dir}\n")
+    assert load_config(tmp_path / "ralph.yaml").log.dir == log_dir

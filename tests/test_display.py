@@ -96,3 +96,12 @@ def test_status_line_shows_run_time_tokens_and_cost() -> None:
     st.tokens, st.cost_usd = 12_345, 0.41
     text = st.__rich__().plain
     assert "1m03s (run 5m12s)" in text and "12.3k tok" in text and "$0.41" in text
+
+
+def test_terminal_safe_escapes_every_control_but_tab_and_newline() -> None:
+    from orchestrator.log import terminal_safe
+
+    assert terminal_safe("API\x1b]0;PWNED\x07\x1b[2J") == "API\\x1b]0;PWNED\\x07\\x1b[2J"
+    assert terminal_safe("a\tb\nc\rd\x00\x7f\x9b\x85é·…") == "a\tb\nc\\x0dd\\x00\\x7f\\x9b\\x85é·…"
+    assert terminal_safe("a\nb", newlines=False) == "a\\x0ab"
+    assert all(len(terminal_safe(chr(c))) == 4 for c in [*range(9), *range(11, 32), 127])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import multiprocessing
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -247,3 +248,54 @@ def test_records_mask_values_learned_elsewhere_and_keep_their_lines(tmp_path: Pa
         "next record",
     ]
     assert records[1]["n"] == 1 and value not in path.read_text()
+
+
+# JSON that is not a record: a field readers rely on has a type they cannot use.
+WRONG_TYPES = [
+    '{"event":"iteration","run_id":"r1","iteration":1,"story_id":["a"],'
+    '"prompt_tokens":"many","selected_references":"abc"}',
+    '{"event":"iteration","run_id":5,"iteration":"x"}',
+    '{"event":"iteration","run_id":"r1","iteration":true}',
+    '{"event":"iteration","run_id":"r1","usage":{"input_tokens":"3"}}',
+    '{"event":"limit_wait","run_id":"r1","waited_s":"long"}',
+    '{"event":"iteration","run_id":"r1","cost_usd":1e400}',
+    '{"event":"iteration","run_id":"r1","prompt_tokens":' + "9" * 400 + "}",
+    '{"run_id":"r1","iteration":1}',
+    "[1, 2]",
+]
+
+
+@pytest.mark.parametrize("line", WRONG_TYPES)
+def test_a_record_with_wrong_types_is_skipped_as_damaged(tmp_path: Path, line: str) -> None:
+    path = tmp_path / "ledger.jsonl"
+    good = json.dumps({"event": "iteration", "run_id": "r1", **_it(1)})
+    path.write_text(f"{good}\n{line}\n")
+    records = ledger.read(path)
+    assert records == [json.loads(good)] and records.skipped == [2]
+    assert "skipped 1 damaged line(s) (line 2)" in records.skipped_note()
+    assert ledger.totals(records).prompt_tokens == 100
+
+
+def test_status_compact_and_report_skip_records_with_wrong_types(tmp_path: Path) -> None:
+    from run_helpers import RALPH, env, make_project
+
+    root = make_project(tmp_path / "p", 1)
+    assert subprocess.run([*RALPH, "run", "--tool", "sim"], cwd=root, env=env()).returncode == 0
+    path = root / "ralph" / "logs" / "ledger.jsonl"
+    run_id = json.loads(path.read_text().splitlines()[0])["run_id"]
+    n = len(path.read_text().splitlines())
+    bad = [*WRONG_TYPES[:2], WRONG_TYPES[0].replace('"r1"', json.dumps(run_id))]
+    with path.open("a") as f:
+        f.write("\n".join(bad) + "\n")
+    for args in (["status"], ["compact"], ["report", str(path), "--out", str(tmp_path / "r")]):
+        proc = subprocess.run([*RALPH, *args], cwd=root, env=env(), capture_output=True, text=True)
+        assert proc.returncode == 0, (args, proc.stdout + proc.stderr)
+        assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr
+    assert (
+        "3 damaged line(s) skipped"
+        in subprocess.run(
+            [*RALPH, "status"], cwd=root, env=env(), capture_output=True, text=True
+        ).stdout
+    )
+    lines = ", ".join(str(n + i) for i in (1, 2, 3))
+    assert f"skipped 3 damaged line(s) (line {lines})" in proc.stderr

@@ -94,11 +94,15 @@ def test_a_gitignore_the_user_put_in_the_log_folder_is_kept(tmp_path: Path) -> N
 
 
 def test_log_dir_holding_the_users_files_is_never_hidden(tmp_path: Path) -> None:
-    root = bare_project(tmp_path / "p", config={"log": {"dir": "scripts"}})
+    # ralph.yaml refuses such a log.dir when it knows the folders (tests/test_config.py);
+    # a Ralph folder found by searching (tools/ralph) is only known here.
+    root = bare_project(tmp_path / "p", config={"log": {"dir": "tools"}})
+    git(root, "mv", "scripts", "tools")
+    git(root, "commit", "-qm", "Ralph folder in tools/")
     proj = project.locate(root)
-    assert proj.ralph_dir == root / "scripts" / "ralph"
+    assert proj.ralph_dir == root / "tools" / "ralph"
     project.ensure_logs_dir(proj)
-    assert not (root / "scripts" / ".gitignore").exists()
+    assert not (root / "tools" / ".gitignore").exists()
     assert porcelain(root) == []
 
 

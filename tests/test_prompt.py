@@ -450,3 +450,21 @@ def test_a_learning_two_references_hold_is_in_the_prompt_once(tmp_path: Path) ->
     assert out.returncode == 0, out.stderr
     assert out.stdout.count(said) == 1
     assert "### Sessions (1 of 2 items)\n[US-004]\n- Log out of the web app" in out.stdout
+
+
+@pytest.mark.parametrize("budget", ["-1", "0", "10000001"])
+def test_prompt_budget_flag_is_checked_like_the_setting(tmp_path: Path, budget: str) -> None:
+    from run_helpers import RALPH, env, make_project
+
+    root = make_project(tmp_path / "p", 1)
+    proc = subprocess.run(
+        [*RALPH, "prompt", "--budget", budget], cwd=root, env=env(), capture_output=True, text=True
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.startswith("ralph: error: command line: budget.prompt_tokens must be at")
+    assert f"got {budget}" in proc.stderr and "allowed: an integer, 1 to 10000000" in proc.stderr
+    assert proc.stdout == ""
+    ok = subprocess.run(
+        [*RALPH, "prompt", "--budget", "4000"], cwd=root, env=env(), capture_output=True, text=True
+    )
+    assert ok.returncode == 0 and "US-001" in ok.stdout

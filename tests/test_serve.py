@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -232,3 +233,58 @@ def test_ab_reports_are_found_where_ab_demo_and_report_write_them(tmp_path: Path
         "ralph/logs/ab-20261201-120000/ab-report.md",
     ]
     assert found[0]["arms"] == ["indexed", "full"] and round(found[0]["saving_pct"]) == 75
+
+
+def _get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=30) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def test_events_with_a_bad_query_answer_400_or_404_and_never_a_traceback(
+    tmp_path: Path, stop: list
+) -> None:
+    root = make_project(tmp_path / "p", 2)
+    assert subprocess.run([*RALPH, "run", "--tool", "sim"], cwd=root, env=env()).returncode == 0
+    run_id = next(
+        json.loads(line)["run_id"]
+        for line in (root / "ralph" / "logs" / "ledger.jsonl").read_text().splitlines()
+    )
+    proc, url = _serve(root)
+    stop.append(proc)
+    for query in ("after=abc", "after=-5", "after=1.5", "after=%20"):
+        status, body = _get(f"{url}events?{query}")
+        assert (status, body) == (
+            400,
+            "after must be a whole number of iterations already shown (0 or more)\n",
+        ), query
+    assert _get(f"{url}events?run=x") == (404, "no run 'x' in this project's ledger\n")
+    # A finished run with both iterations on the page: only its `end` event, nothing re-sent.
+    status, body = _get(f"{url}events?run={run_id}&after=2")
+    assert status == 200 and "event: end" in body and "event: iteration" not in body
+    status, body = _get(f"{url}events?run={run_id}&after=0")
+    assert body.count("event: iteration") == 2
+    proc.terminate()
+    _, err = proc.communicate(timeout=30)
+    assert "Traceback" not in err and "Error" not in err, err
+
+
+def test_a_request_that_fails_anyway_is_one_error_line_not_a_traceback(capsys) -> None:
+    import asyncio
+
+    async def broken(scope, receive, send) -> None:
+        raise RuntimeError("generator raised StopIteration")
+
+    async def nothing() -> dict:
+        return {}
+
+    async def ignore(message: dict) -> None:
+        return None
+
+    asyncio.run(serve._NoTraceback(broken)({"type": "http", "path": "/events"}, nothing, ignore))
+    out = capsys.readouterr()
+    text = out.out + out.err
+    assert "serve: request failed" in text and "RuntimeError" in text and "/events" in text
+    assert "Traceback" not in text

@@ -2,10 +2,13 @@
 
 The prompt goes on stdin, unless an argv word contains `{prompt_file}` (replaced by the
 prompt file's path) or `{prompt}` (replaced by the prompt text; Linux caps one argv string at
-128 KiB). `{model}` is replaced by `agents.<name>.model`. Output is plain text: no usage or
-cost is reported (except aider's `Tokens: ... Cost: ...` lines, which are read), and the final
-message is the last ~2000 characters of the output, which is where the loop looks for the
-sentinel. Beware: a CLI that echoes its prompt would echo the
+128 KiB). `agents.<name>.prompt: file` (or `argument`) with no such placeholder in the command
+or args appends the prompt file's path (or the prompt text) as the last argv word: the
+setting asks for that delivery, and without it the agent would get no prompt at all (its
+stdin is /dev/null). `{model}` is replaced by `agents.<name>.model`. Output is plain text:
+no usage or cost is reported (except aider's `Tokens: ... Cost: ...` lines, which are read),
+and the final message is the last ~2000 characters of the output, which is where the loop
+looks for the sentinel. Beware: a CLI that echoes its prompt would echo the
 sentinel's instructions too; ask such CLIs to print only their answer.
 """
 
@@ -28,12 +31,12 @@ class CommandAgent(Agent):
 
     def __init__(self, settings: SettingsInput = None) -> None:
         super().__init__(settings)
-        words = " ".join(self.settings.command or [])
         if not self.settings.command:
             raise ConfigError(
                 "ralph.yaml: agents.command.command is missing: give the agent's argv, "
                 'e.g. command: ["aider", "--yes-always", "--message-file", "{prompt_file}"]'
             )
+        words = " ".join(self.settings.command + self.settings.args)
         if self.settings.prompt is None:
             if "{prompt_file}" in words:
                 self.prompt_via = "file"
@@ -44,12 +47,22 @@ class CommandAgent(Agent):
         values = {"{prompt_file}": str(prompt_file), "{model}": self.model or ""}
         if any("{prompt}" in w for w in self.command() + self.settings.args):
             values["{prompt}"] = self.prompt_argument(prompt_file)
+        words = self.command() + self.settings.args
         argv = []
-        for word in self.command() + self.settings.args:
+        for word in words:
             for key, value in values.items():
                 word = word.replace(key, value)
             argv.append(word)
-        return argv
+        return argv + self._appended_prompt(words, prompt_file)
+
+    def _appended_prompt(self, words: list[str], prompt_file: Path) -> list[str]:
+        """The prompt as a last argv word when `prompt:` asks for argv delivery and no word
+        has the placeholder that would carry it."""
+        if self.prompt_via == "file" and not any("{prompt_file}" in w for w in words):
+            return [str(prompt_file)]
+        if self.prompt_via == "argument" and not any("{prompt}" in w for w in words):
+            return [self.prompt_argument(prompt_file)]
+        return []
 
     def display(self, line: str) -> str | None:
         text = _ANSI.sub("", line).rstrip()

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from orchestrator import project
 from orchestrator.commands.common import add_common
+from orchestrator.log import terminal_safe
 from orchestrator.upkeep import audit
 
 
@@ -27,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
     proj = project.locate(Path.cwd(), args.ralph_dir)
     findings = audit.check(proj)
     for f in findings:
-        print(f.format())
+        print(terminal_safe(f.format()))  # findings quote the user's files
     if findings:
         print(f"ralph check: {len(findings)} finding(s)")
         return 1

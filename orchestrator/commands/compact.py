@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from orchestrator import lock, project, stopsignals
 from orchestrator.commands.common import add_common
+from orchestrator.log import terminal_safe
 from orchestrator.memory import journal
 from orchestrator.tokens import fmt
 from orchestrator.upkeep import compact
@@ -84,24 +85,29 @@ def _run(args: argparse.Namespace, proj: Project) -> int:
 
 
 def _print_plan(plan: CompactPlan, fmt: Callable[[int], str]) -> None:
-    print(
+    _say(
         f"progress.txt {fmt(plan.progress_before)} -> {fmt(plan.progress_after)} tokens; "
         f"references {fmt(plan.refs_before)} -> {fmt(plan.refs_after)} tokens"
     )
     if plan.stale_note:
-        print(f"  {plan.stale_note}")
+        _say(f"  {plan.stale_note}")
     for r in plan.stale:
-        print(f"  archive (stale): {r.topic} ({r.path})")
+        _say(f"  archive (stale): {r.topic} ({r.path})")
     for a, b in plan.merges:
-        print(f"  merge: {b.topic} ({b.path}) into {a.topic} ({a.path})")
+        _say(f"  merge: {b.topic} ({b.path}) into {a.topic} ({a.path})")
     for name, path, rows in plan.nested:
-        print(f"  group: {len(rows)} topics under the area {name} ({path})")
+        _say(f"  group: {len(rows)} topics under the area {name} ({path})")
     for r, n in plan.oversized:
-        print(f"  condense: {r.topic} ({r.path}) is {fmt(n)} tokens")
+        _say(f"  condense: {r.topic} ({r.path}) is {fmt(n)} tokens")
     if plan.rotated:
-        print(f"  rotate: {plan.rotated} old log entries to the archive file")
+        _say(f"  rotate: {plan.rotated} old log entries to the archive file")
     if plan.rotate_note:
-        print(f"  {plan.rotate_note}")
+        _say(f"  {plan.rotate_note}")
+
+
+def _say(line: str) -> None:
+    # Topics and paths come from the user's progress.txt: shown as text, never obeyed.
+    print(terminal_safe(line))
 
 
 def _condense(proj: Project, plan: CompactPlan, agent: str, *, apply: bool) -> int:

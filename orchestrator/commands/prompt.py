@@ -58,7 +58,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     log.configure(verbose=args.verbose)  # log lines on stderr: stdout is the prompt only
-    project = proj_mod.locate(Path.cwd(), args.ralph_dir)
+    # --budget is budget.prompt_tokens for this command: checked as ralph.yaml's value is.
+    project = proj_mod.locate(Path.cwd(), args.ralph_dir, {"budget.prompt_tokens": args.budget})
     if note := journal.pending_note(project.ralph_dir):
         print(f"ralph prompt: warning: {note}", file=sys.stderr)
     prd = Prd.load(project.prd_path)

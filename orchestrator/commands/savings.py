@@ -15,6 +15,7 @@ from rich.table import Table
 from orchestrator import log, project
 from orchestrator.commands.common import add_common
 from orchestrator.errors import UsageError
+from orchestrator.log import terminal_safe
 from orchestrator.reports import charts, savings
 from orchestrator.tokens import fmt
 
@@ -99,7 +100,7 @@ def table(result: Savings) -> Table:
     for r in result.rows:
         t.add_row(
             str(r.k),
-            r.story_id,
+            terminal_safe(r.story_id, newlines=False),  # from the user's progress.txt
             fmt(r.full_tokens),
             fmt(r.indexed_tokens) + (" *" if r.over_budget else ""),
             f"{r.saved_pct:.1f}%",
@@ -113,11 +114,11 @@ def _current(console: Console, cur: dict[str, Any] | None) -> None:
     if not cur:
         return
     if "error" in cur:
-        console.print(f"next story {cur['story_id']}: {cur['error']}", markup=False)
+        console.print(terminal_safe(f"next story {cur['story_id']}: {cur['error']}"), markup=False)
         return
     console.print(
-        f"next story {cur['story_id']} (current memory): indexed "
-        f"{fmt(cur['indexed_tokens'])} vs full {fmt(cur['full_tokens'])} tokens, "
+        terminal_safe(f"next story {cur['story_id']} (current memory): indexed ")
+        + f"{fmt(cur['indexed_tokens'])} vs full {fmt(cur['full_tokens'])} tokens, "
         f"{cur['saved_pct']:.1f}% saved",
         markup=False,
         soft_wrap=True,

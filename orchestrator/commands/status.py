@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator import project
 from orchestrator.commands.common import add_common
+from orchestrator.log import terminal_safe
 from orchestrator.memory import journal
 from orchestrator.run import status, watch
 from orchestrator.run.formats import duration, money, saving
@@ -68,6 +69,19 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _terminal_safe(value: Any) -> Any:
+    """The status with every text escaped for the terminal: titles, topics, paths and the
+    project's name come from the user's files, and an escape sequence in one must be shown,
+    not obeyed."""
+    if isinstance(value, str):
+        return terminal_safe(value)
+    if isinstance(value, dict):
+        return {k: _terminal_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_terminal_safe(v) for v in value]
+    return value
+
+
 def _console() -> Console:
     # rich only for the views that draw with it: `status --json` prints without it.
     from rich.console import Console
@@ -77,6 +91,7 @@ def _console() -> Console:
 
 def render(st: dict[str, Any], console: Console, limit: int | None = None) -> None:
     """The status for a person; `limit`: the most rows of the references' table."""
+    st = _terminal_safe(st)
     _render_summary(st, console)
     if st["index"] or st["references"]:
         shown = _shown(st["references"], limit)

@@ -28,15 +28,19 @@ import uvicorn
 from sse_starlette.sse import EventSourceResponse
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import FileResponse, HTMLResponse, Response
+from starlette.responses import FileResponse, HTMLResponse, PlainTextResponse, Response
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from orchestrator import ledger
 from orchestrator.errors import UsageError
+from orchestrator.log import get_logger
 from orchestrator.project import Project
 from orchestrator.run import status, watch
 from orchestrator.run.display import iteration_cells, money
 from orchestrator.tokens import fmt
+
+log = get_logger()
 
 POLL_S = 0.5
 _STATIC = resources.files("orchestrator").joinpath("static")
@@ -322,12 +326,35 @@ def page(project: Project, selected: str | None) -> str:
 # ---- live events ---------------------------------------------------------------------------------
 
 
-async def events(project: Project, request: Request) -> AsyncIterator[dict[str, str]]:
+def event_params(project: Project, request: Request) -> tuple[int, str | None] | Response:
+    """`/events`' query (`after`: iterations already on the page, `run`: the run shown), or
+    the 400/404 answer for a wrong one: it is checked before the stream starts, so a bad
+    query gets a short answer instead of a stream that dies."""
+    after = request.query_params.get("after") or "0"
+    # isascii: int() also takes "١٢" and " 7 ", which no page of ours sends.
+    if not (after.isascii() and after.isdigit()):
+        return PlainTextResponse(
+            "after must be a whole number of iterations already shown (0 or more)\n",
+            status_code=400,
+        )
+    run_id = request.query_params.get("run") or None
+    if run_id is not None:
+        records = ledger.read(Path(project.ledger_path))
+        if run_id not in ledger.run_ids(records):
+            return PlainTextResponse(f"no run {run_id!r} in this project's ledger\n", 404)
+    return int(after), run_id
+
+
+def _summary(records: list[dict[str, Any]], run_id: str) -> dict[str, Any]:
+    """The run's summary; an empty one if its records are gone (the ledger was replaced)."""
+    found = next((x for x in runs(records) if x["run_id"] == run_id), None)
+    return found or runs([{"event": "run_start", "run_id": run_id}])[0]
+
+
+async def events(project: Project, shown: int, run_id: str | None) -> AsyncIterator[dict[str, str]]:
     """The live run as server-sent events: `state` (its facts), `line` (a new agent line),
     `iteration` (a finished iteration: its row and the redrawn chart), `run` (another run
-    became live) and `end`."""
-    shown = int(request.query_params.get("after") or 0)
-    run_id = request.query_params.get("run") or None
+    became live) and `end`. `shown`: iterations already on the page."""
     tail: watch.TranscriptTail | None = None
     last_state = ""
     while True:
@@ -345,7 +372,7 @@ async def events(project: Project, request: Request) -> AsyncIterator[dict[str, 
                 yield {"event": "line", "data": line}
             its = ledger.iterations(records, run_id)
             for r in its[shown:]:
-                summary = next(x for x in runs(records) if x["run_id"] == run_id)
+                summary = _summary(records, run_id)
                 data = {
                     "row": iteration_row(r),
                     "chart": chart_svg(its),
@@ -359,7 +386,7 @@ async def events(project: Project, request: Request) -> AsyncIterator[dict[str, 
                 last_state = state
                 yield {"event": "state", "data": state}
             if not view.live:
-                summary = next(x for x in runs(records) if x["run_id"] == run_id)
+                summary = _summary(records, run_id)
                 row = run_row(summary, run_id, None)
                 yield {"event": "end", "data": json.dumps({"run": run_id, "run_row": row})}
                 return
@@ -380,7 +407,10 @@ def app(project: Project) -> Starlette:
         return Response(svg, media_type="image/svg+xml")
 
     async def stream(request: Request) -> Response:
-        return EventSourceResponse(events(project, request), ping=15)
+        params = event_params(project, request)
+        if isinstance(params, Response):
+            return params
+        return EventSourceResponse(events(project, *params), ping=15)
 
     async def static(request: Request) -> Response:
         name = request.path_params["name"]
@@ -397,6 +427,24 @@ def app(project: Project) -> Starlette:
             Route("/static/{name}", static),
         ]
     )
+
+
+class _NoTraceback:
+    """The outermost layer: a request that fails anyway is one `ralph: error:` line on the
+    console, not uvicorn's traceback (Starlette has already answered 500 if it could)."""
+
+    def __init__(self, inner: ASGIApp) -> None:
+        self.inner = inner
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await self.inner(scope, receive, send)
+        except Exception as exc:  # any failure of one request, reported once
+            log.error(
+                "serve: request failed",
+                path=scope.get("path"),
+                error=f"{type(exc).__name__}: {exc}",
+            )
 
 
 def serve(project: Project, host: str = "127.0.0.1", port: int = 8765) -> int:
@@ -425,7 +473,7 @@ def serve(project: Project, host: str = "127.0.0.1", port: int = 8765) -> int:
         )
     # Live pages hold an event stream open: give them a second to close on Ctrl-C, then stop.
     config = uvicorn.Config(
-        app(project), log_level="warning", lifespan="off", timeout_graceful_shutdown=1
+        _NoTraceback(app(project)), log_level="warning", lifespan="off", timeout_graceful_shutdown=1
     )
     # uvicorn re-raises the Ctrl-C it shut down on; for a server that is the normal stop.
     with contextlib.suppress(KeyboardInterrupt):

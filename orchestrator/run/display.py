@@ -3,6 +3,9 @@ one-line iteration summary, and the end-of-run table (rich).
 
 The live status line (story, iteration i/N, stories passed x/y, elapsed) is drawn only when
 stdout is a terminal; piped output gets plain lines and no control codes, so logs stay clean.
+Every text drawn passes through `log.terminal_safe` (in `Display.line`, the status line, the
+countdown and the table's cells): story ids and titles from prd.json and the agent's own
+lines are data, and an escape sequence in them must not reach the terminal.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from rich.text import Text
 
 from orchestrator import ledger
 from orchestrator.agents import base as agent_base
+from orchestrator.log import terminal_safe
 from orchestrator.run.formats import duration as duration
 from orchestrator.run.formats import money as money
 from orchestrator.run.formats import relative as relative
@@ -90,7 +94,12 @@ class Status:
             line += f" · {money(self.cost_usd)}"
         if self.note:
             line += f" · {self.note}"
-        return Text(line, style="bold cyan", no_wrap=True, overflow="ellipsis")
+        return Text(
+            terminal_safe(line, newlines=False),
+            style="bold cyan",
+            no_wrap=True,
+            overflow="ellipsis",
+        )
 
 
 class Display:
@@ -114,7 +123,9 @@ class Display:
 
     def line(self, text: str, style: str | None = None) -> None:
         style = None if self.compat else style
-        self.console.print(text, style=style, markup=False, highlight=False, soft_wrap=True)
+        self.console.print(
+            terminal_safe(text), style=style, markup=False, highlight=False, soft_wrap=True
+        )
 
     def warn(self, text: str) -> None:
         self.line(f"ralph: warning: {text}", style="yellow")
@@ -167,7 +178,7 @@ class Display:
         text = Text("")
         with Live(text, console=self.console, refresh_per_second=2, transient=True):
             while (left := end - time.monotonic()) > 0:
-                text.plain = f"⏳ {reason}: {duration(left)} left"
+                text.plain = terminal_safe(f"⏳ {reason}: {duration(left)} left", newlines=False)
                 sleep(min(1.0, left))
 
     def run_table(self, records: list[dict[str, Any]], title: str = "ralph run") -> Table:
@@ -199,7 +210,7 @@ class Display:
                 name, footer=footer, justify="right" if numeric else "left", no_wrap=True
             )
         for r in ledger.iterations(records):
-            table.add_row(*iteration_cells(r))
+            table.add_row(*(terminal_safe(c, newlines=False) for c in iteration_cells(r)))
         return table
 
     def print_table(self, records: list[dict[str, Any]]) -> None:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator import ledger
 from orchestrator.errors import FatalError, InputError
+from orchestrator.log import terminal_safe
 from orchestrator.memory.prd import Prd
 from orchestrator.project import Project
 from orchestrator.run.formats import duration, money, relative
@@ -237,7 +238,8 @@ def display_filter(project: Project, agent_name: str | None) -> Callable[[str], 
 
     def shown(line: str) -> str | None:
         text = show(line)
-        return relative(text, root) if text else None
+        # The agent's output is data: no escape sequence of it reaches a terminal.
+        return terminal_safe(relative(text, root), newlines=False) if text else None
 
     return shown
 
@@ -289,7 +291,8 @@ def facts(view: RunView, now: datetime) -> list[str]:
             f"ended: {view.end.get('status')} (exit {view.end.get('exit_code')})"
             + (f": {view.end['message']}" if view.end.get("message") else "")
         )
-    return lines
+    # Story ids and titles come from prd.json: shown as text, never as terminal controls.
+    return [terminal_safe(line, newlines=False) for line in lines]
 
 
 def panel(view: RunView, last: list[str], now: datetime) -> Group:

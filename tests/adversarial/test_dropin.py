@@ -81,8 +81,10 @@ def test_log_dir_at_the_root_never_hides_the_project(tmp_path: Path) -> None:
     root = bare(tmp_path / "p", log={"dir": "."})
     res = ralph(root, "run", "--tool", "commitall", "1")
     no_traceback(res)
-    assert not (root / ".gitignore").exists()  # a `*` here would hide prd.json from git
-    assert "scripts/ralph/prd.json" in tracked(root) and "us-001.txt" in tracked(root)
+    # Refused before anything is written: no ledger among the user's files, no `*` here.
+    assert res.returncode == 2 and "log.dir must be a folder of its own" in res.stderr
+    assert not (root / ".gitignore").exists() and not (root / "ledger.jsonl").exists()
+    assert "scripts/ralph/prd.json" in tracked(root)
 
 
 def test_log_folder_that_is_a_file_is_one_clear_error(tmp_path: Path) -> None:
