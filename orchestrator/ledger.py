@@ -270,7 +270,7 @@ def read(path: Path, *, strict: bool = False) -> Records:
         for lineno, line in enumerate(f, 1):
             if not line.strip():
                 continue
-            obj = _parse(line)
+            obj = parse_line(line)
             if obj is not None:
                 records.append(obj)
                 continue
@@ -332,7 +332,7 @@ class _Fields(msgspec.Struct, kw_only=True):
     killed_processes: _Paths = None
 
 
-def _parse(line: str) -> dict[str, Any] | None:
+def parse_line(line: str | bytes) -> dict[str, Any] | None:
     """The record on a line, or None when the line is not one (see _Fields)."""
     try:
         # msgspec's decoder: twice as fast as json.loads on a long ledger, and strict JSON
@@ -349,7 +349,7 @@ def _tail_record(line: str) -> dict[str, Any] | None:
     start = line.rfind('{"event"')
     if start <= 0:
         return None
-    return _parse(line[start:])
+    return parse_line(line[start:])
 
 
 def iterations(

@@ -284,18 +284,22 @@ def test_status_compact_and_report_skip_records_with_wrong_types(tmp_path: Path)
     path = root / "ralph" / "logs" / "ledger.jsonl"
     run_id = json.loads(path.read_text().splitlines()[0])["run_id"]
     n = len(path.read_text().splitlines())
+    odd = '"story_id":"US-001","missed_references":[1],"opened_references":{"a":1}}'
     bad = [*WRONG_TYPES[:2], WRONG_TYPES[0].replace('"r1"', json.dumps(run_id))]
+    bad.append(WRONG_TYPES[2].replace("true}", f"2,{odd}"))
     with path.open("a") as f:
         f.write("\n".join(bad) + "\n")
-    for args in (["status"], ["compact"], ["report", str(path), "--out", str(tmp_path / "r")]):
+    report = ["report", str(path), "--out", str(tmp_path / "r")]
+    # `prompt` reads the last stories' records for the prior (memory/usage.py).
+    for args in (["status"], ["compact"], ["prompt", "--story", "US-001"], report):
         proc = subprocess.run([*RALPH, *args], cwd=root, env=env(), capture_output=True, text=True)
         assert proc.returncode == 0, (args, proc.stdout + proc.stderr)
         assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr
     assert (
-        "3 damaged line(s) skipped"
+        "4 damaged line(s) skipped"
         in subprocess.run(
             [*RALPH, "status"], cwd=root, env=env(), capture_output=True, text=True
         ).stdout
     )
-    lines = ", ".join(str(n + i) for i in (1, 2, 3))
-    assert f"skipped 3 damaged line(s) (line {lines})" in proc.stderr
+    lines = ", ".join(str(n + i) for i in (1, 2, 3, 4))
+    assert f"skipped 4 damaged line(s) (line {lines})" in proc.stderr

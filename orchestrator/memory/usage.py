@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import fnmatch
 import itertools
-import json
 import os
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -32,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from orchestrator import fsutil
+from orchestrator import fsutil, ledger
 from orchestrator.errors import FatalError
 from orchestrator.log import get_logger
 
@@ -390,11 +389,8 @@ def recent_iterations(path: Path, stories: int) -> list[dict[str, Any]]:
     for line in reversed(fsutil.read_bytes(path).splitlines()):
         if b'"iteration"' not in line[:48]:  # `event` is a record's first key
             continue
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if not isinstance(rec, dict) or rec.get("event") != "iteration":
+        rec = ledger.parse_line(line)  # None for a damaged line or wrong field types
+        if rec is None or rec.get("event") != "iteration":
             continue
         sid = str(rec.get("story_id") or "")
         if sid not in seen and len(seen) == stories:
