@@ -17,7 +17,6 @@ substitution, functions, a `cd` in an earlier tool call) is not followed.
 
 from __future__ import annotations
 
-import itertools
 import posixpath
 import re
 from dataclasses import dataclass, field
@@ -102,32 +101,6 @@ def _path_of(tool_input: dict[str, Any]) -> str:
     return ""
 
 
-def _reads_whole(path: str, data: dict[str, Any]) -> bool:
-    """Whether a read tool's call shows the whole file: no offset/limit/range, or one from
-    the first line with a limit the file (an absolute path, counted now) does not exceed.
-    The count is of the file after the iteration, which only grows the logs an agent reads
-    (progress.txt is appended to): a limit that covers it now covered it then."""
-    if not any(data.get(k) is not None for k in _PARTIAL_KEYS):
-        return True
-    offset, limit = data.get("offset"), data.get("limit")
-    span = data.get("read_range")
-    if isinstance(span, list) and len(span) == 2 and offset is None and limit is None:
-        offset, limit = span[0], span[1]
-    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
-        return False
-    if offset not in (None, 0, 1) or not path.startswith("/"):
-        return False
-    return _has_at_most(path, limit)
-
-
-def _has_at_most(path: str, lines: int) -> bool:
-    try:
-        with open(path, "rb") as fh:
-            return sum(1 for _ in itertools.islice(fh, lines + 1)) <= lines
-    except OSError:  # gone, a folder, unreadable (or another machine's transcript)
-        return False
-
-
 def _strings(value: Any) -> list[str]:
     return [v for v in value if isinstance(v, str) and v] if isinstance(value, list) else []
 
@@ -139,7 +112,8 @@ def tool_reads(name: str, tool_input: Any) -> list[FileRead]:
     data = tool_input if isinstance(tool_input, dict) else {}
     if name in _READ_TOOLS:
         path = _path_of(data)
-        return [FileRead(path, _reads_whole(path, data))] if path else []
+        partial = any(data.get(k) is not None for k in _PARTIAL_KEYS)
+        return [FileRead(path, not partial)] if path else []
     if name in _SEARCH_TOOLS:
         path = _path_of(data)
         return [FileRead(path, False)] if path else []
