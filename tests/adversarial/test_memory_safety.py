@@ -28,7 +28,7 @@ from run_helpers import RALPH, env, git, iterations, ledger, make_project, ralph
 from orchestrator import ledger as ledger_mod
 from orchestrator.fsutil import safe_name
 from orchestrator.memory import refloss
-from orchestrator.memory.progress import Progress
+from orchestrator.memory.progress import Progress, new_progress_text
 from orchestrator.sim.work import condensed
 
 RD = "scripts/ralph"
@@ -339,6 +339,10 @@ def test_compact_during_a_run_leaves_no_duplicate_and_no_blame(tmp_path: Path) -
     # the entries the run's checks then put back and blame on the agent.
     cfg = {"mode": "full", "log": {"keep_entries": 0}}
     root = make_project(tmp_path / "p", 2, config=cfg, sim_args=["--delay", "1"])
+    # An indexed log (its index empty): compact rotates the entries of such a log only.
+    (root / "scripts/ralph/progress.txt").write_text(new_progress_text("2026-01-01", True))
+    git(root, "add", "-A")
+    git(root, "commit", "-qm", "progress.txt with an index")
     proc = subprocess.Popen(
         [*RALPH, "run", "--tool", "sim", "2"],
         cwd=root,
