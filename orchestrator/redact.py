@@ -261,12 +261,23 @@ def _values(text: str, values: Iterable[str]) -> str:
     return text
 
 
-def _known(text: str, learned: set[str]) -> str:
-    """`text` with every value learned so far masked: this text's, and the process's."""
-    _MEMORY.add(learned)
-    extra = learned - _MEMORY.values  # over the memory's cap: still masked here
-    text = _values(text, sorted(extra, key=len, reverse=True))
+def _known(text: str, learned: set[str], remember: bool = False) -> str:
+    """`text` with this text's learned values and the process's remembered ones masked.
+    Only an agent's stream (`Redactor`) adds to the memory, and only values that look like
+    secrets: `redact()` also reads the user's references (`password: required`), whose
+    placeholders would otherwise be masked in every later line of the run."""
+    if remember:
+        _MEMORY.add({v for v in learned if _worth_remembering(v)})
+    text = _values(text, sorted(learned - _MEMORY.values, key=len, reverse=True))
     return _values(text, _MEMORY.ordered)
+
+
+def _worth_remembering(value: str) -> bool:
+    """A value with a digit that is no placeholder (`$TOKEN`, `<key>`, `YOUR_TOKEN_1`,
+    `process.env.X`): `required`, `undefined`, `changeme` name no secret."""
+    return any(c.isdigit() for c in value) and not value.startswith(
+        ("$", "<", "{", "%", "YOUR_", "your_", "process.env")
+    )
 
 
 def redact(text: str, env: Mapping[str, str] | None = None, extra: Iterable[str] = ()) -> str:
@@ -307,7 +318,7 @@ class Redactor:
                 text = MASK + text[end.end() :]
         learned: set[str] = set()
         text, self.in_pem = _mask_pem(_values(text, self.values))
-        return _known(_shapes(text, learned), learned)
+        return _known(_shapes(text, learned), learned, remember=True)
 
     def text(self, text: str) -> str:
         return _redact_text(text, self.values)

@@ -190,6 +190,23 @@ def test_a_learned_value_is_masked_by_every_redaction_after():
         forget()
 
 
+def test_placeholders_and_the_users_own_text_teach_nothing():
+    # A reference's `password: required` (read by redact() to keep it out of our cache)
+    # and an agent's `api_key: undefined` made "required"/"undefined" [REDACTED] in every
+    # later line of the run: story titles in the ledger, console lines, transcripts.
+    try:
+        assert redact("- [US-3] password: required (schema)", env={}).endswith(f"{MASK} (schema)")
+        stream = Redactor(env={})
+        stream("api_key: undefined --token YOUR_TOKEN_HERE1 secret=$API_SECRET9")
+        line = "Make the email field required; undefined is YOUR_TOKEN_HERE1 or $API_SECRET9"
+        assert redact(line, env={}) == line
+        assert stream(line) == line
+        stream("password=hunter2hunter2")  # a value with a digit: a secret, remembered
+        assert redact("echo hunter2hunter2", env={}) == f"echo {MASK}"
+    finally:
+        forget()
+
+
 LINEAR = r"""
 import json, sys
 from orchestrator.redact import Redactor, redact
