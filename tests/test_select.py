@@ -307,6 +307,25 @@ def test_a_learning_written_twice_is_shown_once() -> None:
     assert "Logout clears" in text and "httpOnly" in text
     rows = {r["path"]: r for r in s.rows()}
     assert rows[ui.path]["taken_items"] + rows[api.path]["taken_items"] == 3
+    # The first copy left out for want of room (references.max_tokens): the other is shown.
+    first = sel.Source(
+        "UI",
+        "ralph/references/ui.md",
+        "- [US-1] Logout clears the sid cookie and the session\n"
+        "- [US-1] Run `pnpm typecheck` before every commit\n",
+    )
+    alone = sel.Source(
+        "CI", "ralph/references/ci.md", "- [US-3] Run `pnpm typecheck` before every commit\n"
+    )
+    for cap in range(sel.tok.count(alone.text) + 1, 30):
+        got = sel.select(
+            "logout clears the sid cookie and the session; pnpm",
+            [first, alone],
+            budget=None,
+            cutoff=0.0,
+            ref_cap=cap,
+        )
+        assert sel.render(got, [first, alone]).count("typecheck") == 1, cap
 
 
 def test_render_names_the_path_of_a_reference_the_shown_index_does_not_list() -> None:

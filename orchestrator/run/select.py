@@ -443,7 +443,6 @@ def take(
         if (key := _said(c.text)) in shown:
             events.append((r, "repeats an item shown"))
             continue
-        shown.add(key)
         n = tok.count(c.text, encoding)
         room = left if ref_cap is None else min(left, ref_cap - per_ref.get(r, 0))
         if n > room:
@@ -456,6 +455,7 @@ def take(
         per_ref[r] = per_ref.get(r, 0) + n
         events.append((r, n))
         taken.append(c)
+        shown.add(key)  # once taken: a copy left out for want of room leaves room to another
     scores = sc.ref_scores.tolist()
 
     def rows() -> list[dict[str, Any]]:
