@@ -4,6 +4,7 @@ whole process group (grandchildren included), Ctrl-C, leftovers holding the pty.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import signal
 import sys
@@ -282,6 +283,16 @@ def test_a_cut_stream_event_stays_readable_wherever_the_cut_falls(tmp_path, shif
     result = get_agent("claude", None, check=False).parse(out.output, out.exit_code)
     assert result.cost_usd == 0.25 and result.usage is not None
     assert result.usage.output_tokens == 7
+
+
+def test_a_cut_between_two_strings_is_left_as_it_is():
+    # The tail starting at a string's closing quote: the plain join is valid JSON already,
+    # and stripping that quote (as for a quote whose backslash was dropped) broke it.
+    head = '{"type": "result", "result": "' + "a" * 10
+    line, dropped = runner._joined(head, '", "usage": {"input_tokens": 5}}', 100)
+    assert json.loads(line)["usage"] == {"input_tokens": 5} and dropped == 100
+    line, dropped = runner._joined(head + "\\", 'n more"}', 100)
+    assert json.loads(line)["result"].endswith("dropped ...] n more") and dropped == 101
 
 
 def test_last_words_after_sigterm_are_kept(tmp_path):

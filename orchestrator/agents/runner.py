@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import json
 import os
 import re
 import sys
@@ -329,10 +330,33 @@ class _LongLine:
         head = "".join(self.head)
         self._reset()
         if dropped:
-            head, tail, more = _cut_between_escapes(head, tail)
-            dropped += more
-            return f"{head} [... {dropped} bytes of this line dropped ...] {tail}", dropped
+            return _joined(head, tail, dropped)
         return head + tail, 0
+
+
+def _joined(head: str, tail: str, dropped: int) -> tuple[str, int]:
+    """The cut line, `[... n bytes ...]` between head and tail, as readable JSON as the
+    whole line was: mended at the cut (`_cut_between_escapes`) only when the plain join is
+    no JSON and the mended one is (a cut that fell between two strings needs no mending)."""
+
+    def join(h: str, t: str, n: int) -> str:
+        return f"{h} [... {n} bytes of this line dropped ...] {t}"
+
+    line = join(head, tail, dropped)
+    if head.lstrip().startswith("{") and not _is_json(line):
+        cut_head, cut_tail, more = _cut_between_escapes(head, tail)
+        mended = join(cut_head, cut_tail, dropped + more)
+        if _is_json(mended):
+            return mended, dropped + more
+    return line, dropped
+
+
+def _is_json(line: str) -> bool:
+    try:
+        json.loads(line)
+    except ValueError:
+        return False
+    return True
 
 
 _OPEN_ESCAPE = re.compile(r"(?<!\\)((?:\\\\)*)(\\(?:u[0-9a-fA-F]{0,3})?)\Z")
