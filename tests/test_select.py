@@ -270,16 +270,18 @@ def test_the_compact_form_copied_into_a_file_reads_as_the_file_it_was_shown_from
 
 def test_a_tag_line_tags_the_bullets_after_it_until_a_heading_or_a_paragraph() -> None:
     items = sel.split_items(
-        "[US-1]\n- a\n- [US-9] keeps its own\n## Next\n- b\n"
-        "[US-2]\n- c\n[US-3]\nA paragraph.\n- d\n"
+        "[US-1]\n- a\n- [US-9] keeps its own\n## Next\n- b\n[US-2]\n- c\n"
+        "## Build\n[2026-01-05]\nSwitched to pnpm.\n- d\n- e\n  [US-8]\n  wrapped\n"
     )
     assert [b.strip() for _, b in items] == [
         "- [US-1] a",
         "- [US-9] keeps its own",
         "- b",
         "- [US-2] c",
-        "A paragraph.",
+        # Over prose, or indented inside an item, a tag line is text: nothing is lost.
+        "[2026-01-05]\nSwitched to pnpm.",
         "- d",
+        "- e\n  [US-8]\n  wrapped",
     ]
     # A task box or a word alone on its line tags nothing.
     boxes = sel.split_items("[x]\n- a\n[-]\n- b\n")

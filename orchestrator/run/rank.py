@@ -100,7 +100,8 @@ def split_items(text: str) -> tuple[tuple[str, str], ...]:
     heading = run_tag = ""
     current: list[str] | None = None
     base = None  # indent of the top-level bullets in the current block
-    for line in text.splitlines(keepends=True):
+    lines = text.splitlines(keepends=True)
+    for at, line in enumerate(lines):
         if _HEADING.match(line):
             # A "# Title" line names the whole file: the prompt shows the topic instead.
             is_title = line.lstrip().startswith("# ")
@@ -115,7 +116,7 @@ def split_items(text: str) -> tuple[tuple[str, str], ...]:
             if current is not None and not _BULLET.match(current[0]):
                 current = None  # a blank line ends a paragraph (a bullet list may go on)
             continue
-        if tag_line(line):
+        if line[:1] == "[" and tag_line(line) and _bullet_follows(lines, at + 1):
             run_tag, current, base = tag_line(line), None, None
             continue
         b = _BULLET.match(line)
@@ -130,6 +131,15 @@ def split_items(text: str) -> tuple[tuple[str, str], ...]:
             current, base, run_tag = [line], None, ""
             items.append((heading, current))
     return tuple((h, "".join(lines)) for h, lines in items)
+
+
+def _bullet_follows(lines: list[str], at: int) -> bool:
+    """Whether the next non-blank line from `at` is a list item: a tag line heads bullets
+    only; before a paragraph (`[2026-01-05]` over prose) it is that paragraph's text."""
+    for line in itertools.islice(lines, at, None):
+        if line.strip():
+            return _BULLET.match(line) is not None
+    return False
 
 
 @functools.cache
