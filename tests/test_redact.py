@@ -359,9 +359,9 @@ def _forget_learned_values():
 
 
 def test_run_error_shortened_from_output_never_ends_on_half_a_token(tmp_path):
-    """No result line: the error quotes the last plain line, shortened to 300 characters
-    before it is redacted. The cut falls inside the token: none of it may be kept."""
+    """No result line: the error quotes the last plain line, shortened to 300 characters.
+    The cut would fall inside the token: it is redacted first, so none of it is kept."""
     plain = "fatal: " + "x " * 131 + GHP + " end"
     _out, rec, _t = _ralph_run(tmp_path, [plain])
     assert rec["error"].startswith("claude produced no result line: fatal: x x")
-    assert rec["error"].endswith(" x…") and "ghp_" not in rec["error"]
+    assert rec["error"].endswith(f"x {MASK} end") and "ghp_" not in rec["error"]

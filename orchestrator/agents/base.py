@@ -340,10 +340,9 @@ def short(text: str, limit: int = 100) -> str:
     if len(one) <= limit:
         return one
     cut = one[: limit - 1]
-    # Never end on part of a word: error texts are shortened before they are redacted, and
-    # half a secret is no longer a shape redaction recognises.
-    if one[limit - 1] != " " and (space := cut.rfind(" ")) > 0:
-        cut = cut[:space]
+    # End on a whole word when one ends nearby: the cut is then where a reader expects it.
+    if one[limit - 1] != " " and (space := cut.rfind(" ", max(0, limit - 24))) > 0:
+        cut = cut[:space]  # within a few characters: a long word is cut, not the text
     return cut + "…"
 
 

@@ -22,6 +22,7 @@ from orchestrator.agents.base import (
     short,
 )
 from orchestrator.agents.reads import FileRead, tool_reads
+from orchestrator.redact import redact
 
 # Which input field best names what a tool call touches, per Claude Code tool.
 _TOOL_SUBJECT = {
@@ -226,7 +227,8 @@ def _without_result(
         final_message=last_assistant_text(events),
         usage=assistant_usage(events),
         is_error=True,
-        error=f"{name} produced no result line: {short(detail, 300)}",
+        # Redacted before it is shortened: half a token is no shape redaction knows.
+        error=f"{name} produced no result line: {short(redact(detail), 300)}",
         model=model,
         http_status=status,
     )
