@@ -310,7 +310,7 @@ def test_shell_reads_stays_linear_in_the_length_of_the_command() -> None:
         assert len(reads) == n
         return best
 
-    small, large = cost(250), cost(2000)
+    small, large = cost(125), cost(1000)  # 1,000: the most reads one line records
     assert large < 24 * small, (small, large)
 
 
@@ -769,3 +769,23 @@ def test_ralph_run_records_the_references_an_agent_read(tmp_path: Path, tool: st
     assert rec["missed_references"] == [p for p in named if p not in rec["selected_references"]]
     assert rec["untouched_references"] == []
     assert rec["progress_reads"] == 1
+
+
+def test_xargs_after_a_cd_reads_in_that_folder_once() -> None:
+    # The listing was joined to the folder, then again when fed to the reader.
+    refs = "ralph/references"
+    assert shell_reads(f"cd {refs} && ls | xargs cat") == [FileRead(f"{refs}/.", True)]
+    got = shell_reads(f"cd {refs} && grep -l foo *.md | xargs cat")
+    assert {r.path for r in got} == {f"{refs}/*.md"}
+
+
+def test_a_generated_script_is_read_in_bounded_time_and_reads() -> None:
+    # 40,000 assignments before a command, and 100,000 `cat $f` over 64 globs: seconds
+    # each (quadratic slicing; millions of reads), now bounded.
+    globs = " ".join(f"r/{i}*.md" for i in range(64))
+    code = (
+        "from orchestrator.agents.reads import shell_reads\n"
+        "assert len(shell_reads('A=1 ' * 40000 + 'cat x.md')) == 1\n"
+        f"assert len(shell_reads('for f in {globs}; do ' + 'cat $f; ' * 100000 + 'done')) == 1000\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

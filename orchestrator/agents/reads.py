@@ -17,6 +17,7 @@ substitution, functions, a `cd` in an earlier tool call) is not followed.
 
 from __future__ import annotations
 
+import itertools
 import posixpath
 import re
 from dataclasses import dataclass, field
@@ -72,6 +73,8 @@ _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
 _VARIABLE = re.compile(r"\$(?:([A-Za-z_][A-Za-z0-9_]*)|\{([A-Za-z_][A-Za-z0-9_]*)\})")
 _MAX_WRAPPERS = 8
 _MAX_VALUES = 64  # of a `for` variable: what one command line can name stays bounded
+_MAX_READS = 1000  # of one command line: more are a loop, not reads the ledger needs
+_MAX_COMMANDS = 10_000  # pipelines of one command line: a generated script past that
 # Claude Code tools (and their Amp/Gemini/opencode namesakes) that read one file.
 _READ_TOOLS = frozenset({"Read", "read", "read_file", "view", "NotebookRead"})
 _SEARCH_TOOLS = frozenset({"Grep", "grep", "search_file_content"})
@@ -157,13 +160,18 @@ def shell_reads(command: str, depth: int = 0, cwd: str = "") -> list[FileRead]:
 
 
 def _line_reads(command: str, depth: int, state: _State) -> list[FileRead]:
+    """The reads of a command line: at most _MAX_READS of them, in its first _MAX_COMMANDS
+    commands (a generated script of 100,000 `cat $f` in a loop over 64 globs took 15 s and
+    made millions). A file read twice is two reads: it cost twice."""
     out: list[FileRead] = []
-    for pipeline in _pipelines(command.split("<<", 1)[0]):
+    for pipeline in itertools.islice(_pipelines(command.split("<<", 1)[0]), _MAX_COMMANDS):
         listed: list[str] = []  # what the previous command printed as paths (for xargs)
         for n, cmd in enumerate(pipeline):
             into = pipeline[n + 1].words if cmd.piped and n + 1 < len(pipeline) else []
             reads, listed = _command_reads(cmd, listed, _program(into), depth, state)
             out += reads
+            if len(out) >= _MAX_READS:
+                return out[:_MAX_READS]
     return out
 
 
@@ -352,7 +360,7 @@ def _listing(prog: str, args: list[str], state: _State) -> list[str]:
             return []
     else:
         return []
-    return [p for p in (_at(state, w) for w in paths) if p]
+    return paths  # as written: the reader they are fed to resolves them (`_at_all`) once
 
 
 def _unwrap(words: list[str]) -> tuple[list[str], bool]:
@@ -360,8 +368,7 @@ def _unwrap(words: list[str]) -> tuple[list[str], bool]:
     `nice -n 5`, `xargs -0 cat`), and whether xargs feeds it its input's paths."""
     xargs = False
     for _ in range(_MAX_WRAPPERS):
-        while words and _ASSIGNMENT.match(words[0]):
-            words = words[1:]
+        words = words[_assignments(words) :]
         if not words:
             break
         prog = posixpath.basename(words[0])
@@ -396,9 +403,16 @@ def _skip_timeout(args: list[str]) -> list[str]:
 
 def _skip_env(args: list[str]) -> list[str]:
     rest = _skip_options(args, "uCS", ("--unset", "--chdir", "--split-string"))
-    while rest and _ASSIGNMENT.match(rest[0]):
-        rest = rest[1:]
-    return rest
+    return rest[_assignments(rest) :]
+
+
+def _assignments(words: list[str]) -> int:
+    """How many `NAME=value` words lead `words` (counted, not sliced off one by one: a
+    line of 40,000 of them took seconds)."""
+    n = 0
+    while n < len(words) and _ASSIGNMENT.match(words[n]):
+        n += 1
+    return n
 
 
 def _skip_command(args: list[str]) -> list[str] | None:
