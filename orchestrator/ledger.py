@@ -105,11 +105,13 @@ class IterationRecord:
     checks: dict[str, Any]  # checks.CheckReport.to_dict()
     updated_references: list[str]
     transcript: str
-    # Which references the agent opened (memory.usage); absent when its stream hides reads.
+    # Which references the agent opened by name (memory.usage), and how many more a search
+    # or glob over the folder read; absent when its stream hides reads.
     opened_references: list[str] | None = optional()
     missed_references: list[str] | None = optional()  # opened though not inlined
     untouched_references: list[str] | None = optional()  # inlined, never opened or updated
     progress_reads: int | None = optional()  # whole reads of progress.txt despite the rule
+    swept_references: int | None = optional()
 
     def __post_init__(self) -> None:
         if self.outcome not in OUTCOMES:
@@ -316,6 +318,7 @@ class _Fields(msgspec.Struct, kw_only=True):
     full_history_tokens: _Int | None = None
     saved_tokens: _Int | None = None
     progress_reads: _Int | None = None
+    swept_references: _Int | None = None
     saved_pct: _Num | None = None
     cost_usd: _Num | None = None
     duration_s: _Num | None = None

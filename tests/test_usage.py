@@ -99,6 +99,7 @@ def test_the_recorded_claude_story_reads_prd_and_the_whole_progress_log() -> Non
         "opened_references": [],
         "missed_references": [],
         "untouched_references": [],
+        "swept_references": 0,
         "progress_reads": 1,  # the whole log, which the indexed template says not to read
     }
 
@@ -324,14 +325,16 @@ def _use(root: Path, *reads: tuple[str, bool], inlined: tuple[str, ...] = ()) ->
 
 def test_globs_and_braces_are_the_references_they_match(demo: Path) -> None:
     """`cat r/*.md` and `cat r/{a,b}.md` are reads of the references that exist, never of a
-    reference named `*` or `{a,b}`; a wildcard over several references sweeps them (opened,
-    not missed), a brace or a wildcard matching one names them (a miss when not inlined)."""
+    reference named `*` or `{a,b}`; a wildcard over several references sweeps them (counted,
+    not missed; listed as opened only when inlined), a brace or a wildcard matching one names
+    them (a miss when not inlined)."""
     (demo / REFS / ".hidden.md").write_text("x")
     (demo / REFS / "sub").mkdir()
     (demo / REFS / "sub" / "deep.md").write_text("# deep\n")
     refs = [f"{REFS}/{n}.md" for n in ("auth", "db", "deploy", "payments")]
-    swept = _use(demo, (f"{REFS}/*.md", True))
-    assert swept["opened_references"] == refs  # sorted; .hidden.md and sub/ not matched
+    swept = _use(demo, (f"{REFS}/*.md", True), inlined=("db.md",))
+    assert swept["opened_references"] == [refs[1]]  # the inlined one it read
+    assert swept["swept_references"] == 3  # .hidden.md and sub/ not matched
     assert swept["missed_references"] == []
     named = _use(demo, (f"{REFS}/{{deploy,payments,gone}}.md", True), inlined=("deploy.md",))
     assert named["opened_references"] == [f"{REFS}/deploy.md", f"{REFS}/payments.md"]
@@ -345,30 +348,30 @@ def test_globs_and_braces_are_the_references_they_match(demo: Path) -> None:
 
 def test_a_search_of_the_references_folder_opens_each_and_misses_none(demo: Path) -> None:
     """`grep -rn x ralph/references/` (or a Grep tool on the folder, `find ... -exec cat`):
-    every reference searched is opened (so none is `untouched`), none is a miss; a search
-    of the project (`.`, `ralph/`) names no reference in particular and is not recorded."""
+    every reference searched is read (an inlined one is opened, so not `untouched`; the
+    others are counted), none is a miss; a search of the project (`.`, `ralph/`) names no
+    reference in particular and is not recorded."""
     fields = _use(
         demo,
         *shell_reads("grep -rn bcrypt ralph/references/ . ralph"),
         inlined=("auth.md", "ui.md"),
     )
-    assert fields["opened_references"] == [
-        f"{REFS}/{n}.md" for n in ("auth", "db", "deploy", "payments")
-    ]
+    assert fields["opened_references"] == [f"{REFS}/auth.md"]
+    assert fields["swept_references"] == 3
     assert fields["missed_references"] == []
     assert fields["untouched_references"] == [f"{REFS}/ui.md"]
     # Aged references in the archive are swept only by a search of the archive itself.
     (demo / REFS / "archive").mkdir()
     (demo / REFS / "archive" / "old.md").write_text("# old\n")
-    assert len(_use(demo, (REFS, False), (f"{REFS}/**/*.md", True))["opened_references"]) == 4
+    assert _use(demo, (REFS, False), (f"{REFS}/**/*.md", True))["swept_references"] == 4
     aged = _use(demo, (f"{REFS}/archive", False), (f"{REFS}/archive/*.md", True))
-    assert aged["opened_references"] == [f"{REFS}/archive/old.md"]
+    assert aged["opened_references"] == [f"{REFS}/archive/old.md"]  # the one the glob names
     # A search, then a read of one of them: that read is a miss.
     later = _use(demo, (REFS, False), (f"{REFS}/db.md", False))
     assert later["missed_references"] == [f"{REFS}/db.md"]
     found = shell_reads("find ralph/references -name '*.md' -exec cat {} +")
     assert _use(demo, *found)["missed_references"] == []
-    assert _use(demo, *found)["opened_references"][0] == f"{REFS}/auth.md"
+    assert _use(demo, *found)["swept_references"] == 4
 
 
 def test_a_sweep_does_not_open_a_reference_the_agent_wrote(demo: Path) -> None:
@@ -381,7 +384,7 @@ def test_a_sweep_does_not_open_a_reference_the_agent_wrote(demo: Path) -> None:
         updated=(f"{REFS}/db.md", "deploy.md"),
         root=demo,
     )
-    assert fields["opened_references"] == [f"{REFS}/auth.md", f"{REFS}/payments.md"]
+    assert fields["opened_references"] == [] and fields["swept_references"] == 2
     named = _fields(
         [FileRead(REFS, False), FileRead(f"{REFS}/db.md", True)],
         inlined=[],
@@ -400,7 +403,8 @@ def test_only_existing_references_are_recorded(demo: Path) -> None:
         ("README.md", True),
         (f"{REFS}/auth.md/x", True),
     )
-    assert fields["missed_references"] == [] and len(fields["opened_references"]) == 4
+    assert fields["missed_references"] == [] == fields["opened_references"]
+    assert fields["swept_references"] == 4
 
 
 def test_a_relative_path_not_found_from_the_root_is_read_in_the_references_folder(
@@ -765,7 +769,10 @@ def test_ralph_run_records_the_references_an_agent_read(tmp_path: Path, tool: st
     assert rec["agent"] == tool, res.stdout + res.stderr
     refs = {name: f"{REFS}/{name}.md" for name in topics.values()}
     named = [refs["deploy"], refs["payments"], refs["db"]]
-    assert rec["opened_references"] == [*named[:2], refs["auth"], refs["db"]]
+    # auth.md only by a sweep: listed when the prompt gave it, else counted.
+    given = refs["auth"] in rec["selected_references"]
+    assert rec["opened_references"] == [*named[:2], *([refs["auth"]] if given else []), refs["db"]]
+    assert rec["swept_references"] == (0 if given else 1)
     assert rec["missed_references"] == [p for p in named if p not in rec["selected_references"]]
     assert rec["untouched_references"] == []
     assert rec["progress_reads"] == 1

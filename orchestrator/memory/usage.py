@@ -44,6 +44,8 @@ OPENED = "opened_references"
 MISSED = "missed_references"
 UNTOUCHED = "untouched_references"
 PROGRESS_READS = "progress_reads"
+# How many references a search or a glob over the folder read besides those listed.
+SWEPT = "swept_references"
 # A miss counts half as much every PRIOR_HALF_LIFE stories; older than PRIOR_HORIZON stories
 # it no longer counts (its weight would be under 1/16).
 PRIOR_HALF_LIFE = 3.0
@@ -144,28 +146,32 @@ def ledger_fields(
         return {}
     folder = ReferenceFolder(root, refs_dir)
     changed = [index_path(p, refs_dir) for p in updated]
-    opened: list[str] = []
+    given = [index_path(p, refs_dir) for p in inlined]
+    opened: dict[str, None] = {}
     targeted: set[str] = set()
+    expanded: set[str] = set()
     progress = 0
     for raw, whole in reads:
-        for rel, swept in folder.expand(raw):
-            if swept and rel in changed:
-                continue  # the folder is matched as it is now: a sweep may predate this file
-            opened.append(rel)
-            if not swept:
-                targeted.add(rel)
+        if raw not in expanded:  # each path expanded once: agents repeat their sweeps
+            expanded.add(raw)
+            for rel, swept in folder.expand(raw):
+                if swept and rel in changed:
+                    continue  # the folder as it is now: a sweep may predate this file
+                opened[rel] = None
+                if not swept:
+                    targeted.add(rel)
         if whole and folder.names(raw, progress_path):
             progress += 1
-    use = reconcile(
-        [index_path(p, refs_dir) for p in inlined],
-        opened,
-        changed,
-        searched=set(opened) - targeted,
-    )
+    swept = set(opened) - targeted
+    use = reconcile(given, list(opened), changed, searched=swept)
+    # Listed: what was opened by name, and what a sweep read of the prompt's references;
+    # the rest of a sweep is a count. Listing it made records of 300 kB at 10,000
+    # references, and kept every reference from ageing in `ralph compact`.
     return {
-        OPENED: use.opened,
+        OPENED: [r for r in use.opened if r in targeted or r in given],
         MISSED: use.missed,
         UNTOUCHED: use.untouched,
+        SWEPT: len(swept.difference(given)),
         PROGRESS_READS: progress,
     }
 
