@@ -162,8 +162,8 @@ def ledger_fields(
                     targeted.add(rel)
         if whole and folder.names(raw, progress_path):
             progress += 1
-    swept = set(opened) - targeted
-    use = reconcile(given, list(opened), changed, searched=swept)
+    sweeps = set(opened) - targeted
+    use = reconcile(given, list(opened), changed, searched=sweeps)
     # Listed: what was opened by name, and what a sweep read of the prompt's references;
     # the rest of a sweep is a count. Listing it made records of 300 kB at 10,000
     # references, and kept every reference from ageing in `ralph compact`.
@@ -171,7 +171,7 @@ def ledger_fields(
         OPENED: [r for r in use.opened if r in targeted or r in given],
         MISSED: use.missed,
         UNTOUCHED: use.untouched,
-        SWEPT: len(swept.difference(given)),
+        SWEPT: len(sweeps.difference(given)),
         PROGRESS_READS: progress,
     }
 
