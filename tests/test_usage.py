@@ -594,6 +594,7 @@ def test_summary_status_line_and_old_records() -> None:
     assert s == {
         "known": 2,
         "opened": 3,
+        "swept": 0,
         "missed": 3,
         "missed_paths": {"r/a.md": 2, "r/b.md": 1},
         "untouched": 1,

@@ -236,7 +236,9 @@ def use_line(use: dict[str, Any]) -> str:
     topics = use.get("missed_topics") or []
     shown = ", ".join(topics[:4]) + (", …" if len(topics) > 4 else "")
     # Counts are per iteration: a reference missed in two iterations counts twice.
-    line = f"references used: opened {use['opened']} · missed: {use['missed']}"
+    line = f"references used: opened {use['opened']}"
+    line += f" (+{use['swept']} by searches of the folder)" if use.get("swept") else ""
+    line += f" · missed: {use['missed']}"
     line += f" ({shown})" if shown else ""
     line += f" · untouched {use['untouched']}"
     if use.get("progress_reads"):

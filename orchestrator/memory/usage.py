@@ -412,6 +412,7 @@ class UseSummary:
 
     known: int = 0  # iterations that recorded their reads
     opened: int = 0
+    swept: int = 0  # read by a search or glob over the folder, besides those opened
     missed: Counter[str] = field(default_factory=Counter)
     untouched: int = 0
     progress_reads: int = 0
@@ -424,6 +425,7 @@ class UseSummary:
         return {
             "known": self.known,
             "opened": self.opened,
+            "swept": self.swept,
             "missed": self.misses,
             "missed_paths": dict(self.missed.most_common()),
             "untouched": self.untouched,
@@ -439,6 +441,7 @@ def summarize(records: Iterable[Mapping[str, Any]]) -> UseSummary:
             continue
         out.known += 1
         out.opened += len(r.get(OPENED) or [])
+        out.swept += int(r.get(SWEPT) or 0)
         out.missed.update(str(p) for p in r.get(MISSED) or [])
         out.untouched += len(r.get(UNTOUCHED) or [])
         if r.get("mode") != "full":  # full mode inlines the log: reading it breaks no rule
