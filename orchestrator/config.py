@@ -432,43 +432,30 @@ def _one_of(choices: tuple[Any, ...]) -> str:
 
 
 def _folder(path: str) -> tuple[str, ...] | None:
-    """A project-relative folder as its parts (`.` and `./x/` normalised), None if it is
-    not one (absolute, `..`): such a log.dir is outside every folder checked below."""
+    """A project-relative folder as its parts, None if it is none (absolute, `..`)."""
     clean = fsutil.relative_inside(path)
     return None if clean is None else tuple(p for p in clean.parts if p != ".")
 
 
-# Where the Ralph folder is when ralph_dir does not say (project.find_ralph_dir's first pick).
-_DEFAULT_RALPH_DIR = "scripts/ralph"
-
-
 def _log_dir_clash(config: Config) -> _Problem | None:
-    """log.dir is written freely (ledger, transcripts, lock) and git-ignores itself whole, so
-    it must be a folder of its own: not the project root, not the Ralph folder or the
-    references folder, not a folder holding either, and not inside the references (whose
-    every file is a reference). A log folder inside the Ralph folder is fine (`ralph/logs`
-    beside `ralph/prd.json`): it is still a folder of its own."""
-    logs = _folder(config.log.dir)
+    """log.dir git-ignores itself whole: not the root, the Ralph folder (default: project.
+    find_ralph_dir's first pick) or the references, nor a folder holding or inside those."""
+    logs, refs = _folder(config.log.dir), _folder(config.references.dir)
     if logs is None:
         return None
-    ralph = config.ralph_dir or _DEFAULT_RALPH_DIR
-    theirs = [("the Ralph folder", ralph), ("the references folder", config.references.dir)]
     why = "the project root" if not logs else None
-    for name, path in theirs:
+    theirs = [("the Ralph folder", config.ralph_dir or "scripts/ralph")]
+    for name, path in [*theirs, ("the references folder", config.references.dir)]:
         other = _folder(path)
         if why is None and other is not None and other[: len(logs)] == logs:
             why = name if other == logs else f"a folder holding {name} ({path})"
-    refs = _folder(config.references.dir)
     if why is None and refs and logs[: len(refs)] == refs:
         why = f"inside the references folder ({config.references.dir})"
     if why is None:
         return None
+    fix = "use a new folder such as ralph/logs (nothing would git-ignore them among yours)"
     return _Problem(
-        ("log", "dir"),
-        f"must be a folder of its own for ralph's ledger, transcripts and lock, not {why}: "
-        "they would be written among your files with nothing to git-ignore them; "
-        "use a new folder such as ralph/logs",
-        config.log.dir,
+        ("log", "dir"), f"must be a folder of its own, not {why}: {fix}", config.log.dir
     )
 
 
