@@ -279,6 +279,12 @@ def tag_line(line: str) -> str:
     return m.group(1) if m else ""
 
 
+def without_marker(item: str) -> str:
+    """A list item's text after its marker (`- `, `1. `), or the text as it is."""
+    m = re.match(_MARKER, item)
+    return item[m.end() :] if m else item
+
+
 def with_tag(item: str, tag: str) -> str:
     """A list item with `tag` put after its marker, unless it opens with a tag already."""
     m = re.match(_MARKER, item)

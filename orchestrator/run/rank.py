@@ -116,8 +116,8 @@ def split_items(text: str) -> tuple[tuple[str, str], ...]:
             if current is not None and not _BULLET.match(current[0]):
                 current = None  # a blank line ends a paragraph (a bullet list may go on)
             continue
-        if line[:1] == "[" and tag_line(line) and _bullet_follows(lines, at + 1):
-            run_tag, current, base = tag_line(line), None, None
+        if line[:1] == "[" and (found := tag_line(line)) and _bullet_follows(lines, at + 1):
+            run_tag, current, base = found, None, None
             continue
         b = _BULLET.match(line)
         indent = len(line) - len(line.lstrip())

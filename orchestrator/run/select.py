@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from orchestrator import tokens as tok
-from orchestrator.memory.markdown import close_fences, split_story_tag
+from orchestrator.memory.markdown import close_fences, split_story_tag, without_marker
 from orchestrator.run import considered, rank, refcache, semantic, where
 
 # Items scoring below this share of the best item's score are not taken even when the budget
@@ -484,15 +484,12 @@ def with_prior(
     return np.round(np.where(scores > 0.0, raised, scores), 6)
 
 
-_LIST_MARKER = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+")
-
-
 def _said(item: str) -> str:
     """What an item says, for telling repeats apart: its text without list marker, story
     tag, case or spacing. Agents write one learning for several stories, and migrate files
     a learning under each topic it names; the prompt shows it once."""
     text = split_story_tag(item)[1]
-    return " ".join(_LIST_MARKER.sub("", text, count=1).split()).casefold()
+    return " ".join(without_marker(text).split()).casefold()
 
 
 def _trim(chunk: Chunk, limit: int, encoding: str) -> Chunk | None:
