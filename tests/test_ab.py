@@ -16,6 +16,7 @@ import psutil
 import pytest
 
 from orchestrator.cli import main
+from orchestrator.memory.markdown import unclosed_fence
 from orchestrator.reports import ab, report
 from orchestrator.sim import examples
 
@@ -104,6 +105,18 @@ def test_on_an_indexed_project_the_full_arm_reads_the_references_in_its_log(
     assert arms["full"]["totals"]["stories_passed"] == arms["indexed"]["totals"]["stories_passed"]
     log = (out / "work" / "full" / "scripts" / "ralph" / "progress.txt").read_text()
     assert all(r.read_text().strip() in log for r in refs)
+
+
+def test_the_full_arms_log_closes_a_code_block_a_reference_leaves_open(tmp_path: Path) -> None:
+    project = examples.copy_example("recipe-box", tmp_path / "proj")
+    refs = project / "ralph" / "references"
+    refs.mkdir(parents=True, exist_ok=True)
+    (refs / "snippets.md").write_text("# Snippets\r\n\r\n- [US-1] run:\r\n  ```sh\r\n  make\r\n")
+    subprocess.run(["git", "add", "-A"], cwd=project, check=True)
+    subprocess.run(["git", "commit", "-qm", "refs"], cwd=project, check=True)
+    assert ab.flatten_for_full(project, "scripts/ralph") == 1
+    log = (project / "scripts" / "ralph" / "progress.txt").read_text()
+    assert "make" in log and unclosed_fence(log) is None
 
 
 def test_interrupted_ab_leaves_no_stray_copies_or_worktrees(tmp_path: Path) -> None:

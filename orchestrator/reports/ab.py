@@ -41,6 +41,7 @@ from pathlib import Path
 from orchestrator import fsutil, git, ledger, redact, stopsignals
 from orchestrator.agents import proctree
 from orchestrator.errors import FatalError, Interrupted
+from orchestrator.memory.markdown import close_fences
 from orchestrator.memory.progress import Progress
 from orchestrator.project import locate
 from orchestrator.reports import report
@@ -149,7 +150,9 @@ def flatten_for_full(dest: Path, ralph_dir_rel: str) -> int:
         return 0
     parts = ["## Learnings kept in references (for the full-history arm of `ralph ab`)\n"]
     for index_path, path in files:
-        parts.append(f"\n### {index_path}\n\n{fsutil.read_text(path).strip()}\n")
+        # A code block a reference leaves open is closed: the entries the agent appends
+        # after it must not read as code.
+        parts.append(f"\n### {index_path}\n\n{close_fences(fsutil.read_text(path).strip())}\n")
     log = Progress.load(project.progress_path).append_entry("".join(parts))
     fsutil.atomic_write_text(project.progress_path, log.render())
     if _is_git(dest):
